@@ -1,0 +1,31 @@
+# taskgeom pipeline. `snakemake -c2` regenerates every result of params.yaml's profile.
+# The rules are drawn from the stage registry in src/taskgeom/stages.py, the same
+# table dvc.yaml is generated from, so both front ends run the same commands.
+from snakemake.utils import min_version, validate
+
+from taskgeom import config as taskgeom_config
+from taskgeom.dag import snakemake_rule, snakemake_targets
+
+min_version("9.0")
+
+
+configfile: "params.yaml"
+
+
+validate(config, "src/taskgeom/params.schema.yaml")
+taskgeom_config.validate(config, "params.yaml")
+
+
+wildcard_constraints:
+    model="[a-z0-9][a-z0-9-]*",
+
+
+rule all:
+    default_target: True
+    input:
+        snakemake_targets(config),
+
+
+include: "rules/data.smk"
+include: "rules/zoo.smk"
+include: "rules/report.smk"

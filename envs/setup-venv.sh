@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Make .venv for this clone, installing from envs/requirements.lock.
+#
+# The pinned packages (about 6 GB with torch) are installed once into a cache
+# directory keyed by the lock's hash and the Python version, and shared by every
+# clone on the machine; .venv is a small per-clone venv that sees them through a
+# .pth file and holds this clone's editable `taskgeom` plus `snakemake`, `dvc`
+# and `pytest` launchers. On a fresh machine the same command builds everything.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+lock=envs/requirements.lock
+pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+key=$( (cat "$lock"; echo "$pyver") | sha256sum | cut -c1-16)
+cache=${TASKGEOM_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/taskgeom/venvs}
+shared="$cache/$key"
+
+if [[ ! -f "$shared/.complete" ]]; then
+  echo "installing $lock into $shared (once per machine)" >&2
+  rm -rf "$shared"
+  mkdir -p "$cache"
+  "$python" -m venv "$shared"
+  "$shared/bin/python" -m pip install -qq --upgrade pip
+  "$shared/bin/python" -m pip install -qq -r "$lock"
+  touch "$shared/.complete"
+fi
+
+site=$("$shared/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if [[ ! -x .venv/bin/python || "$(cat .venv/.shared 2>/dev/null)" != "$shared" ]]; then
+  rm -rf .venv
+  "$python" -m venv --without-pip .venv
+  local_site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "import site; site.addsitedir('$site')" > "$local_site/00-taskgeom-shared.pth"
+  for tool in snakemake dvc pytest; do
+    printf '#!/bin/sh\nexec "$(dirname "$0")/python" -m %s "$@"\n' "$tool" > ".venv/bin/$tool"
+    chmod +x ".venv/bin/$tool"
+  done
+  echo "$shared" > .venv/.shared
+fi
+if [[ ! -x .venv/bin/taskgeom ]]; then
+  .venv/bin/python -m pip install -qq --no-deps --no-build-isolation -e .
+fi

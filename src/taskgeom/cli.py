@@ -1,0 +1,155 @@
+"""``taskgeom``: one subcommand per pipeline stage, plus parameter and DAG utilities.
+
+Snakemake rules and DVC stages call exactly these subcommands (see stages.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from . import __version__, config
+from .data.hdf5 import StoreError
+from .stages import STAGES, Collect, Stage, fill
+
+PROFILES_DIR = Path("params")
+
+
+def resolve(stage: Stage, params: dict, value: str | None) -> tuple[dict, dict]:
+    inputs: dict = {}
+    for name, dep in stage.deps.items():
+        if isinstance(dep, Collect):
+            inputs[name] = [Path(dep.template.replace("{item}", v)) for v in config.get(params, dep.over)]
+        else:
+            inputs[name] = Path(fill(dep, stage, value))
+    outputs = {name: Path(fill(p, stage, value)) for name, p in stage.outs.items()}
+    return inputs, outputs
+
+
+def missing_inputs(inputs: dict) -> list[str]:
+    paths = [p for v in inputs.values() for p in (v if isinstance(v, list) else [v])]
+    return [str(p) for p in paths if not p.exists()]
+
+
+def setup_logging(log_file: str | None) -> logging.Logger:
+    log = logging.getLogger("taskgeom")
+    log.handlers.clear()
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file, mode="w"))
+    for h in handlers:
+        h.setFormatter(fmt)
+        log.addHandler(h)
+    return log
+
+
+def run_stage(stage: Stage, args: argparse.Namespace) -> int:
+    from .runtime import StageContext, resolve_device
+
+    log = setup_logging(args.log)
+    params = config.load(args.params)
+    value = getattr(args, stage.wildcard) if stage.wildcard else None
+    if stage.foreach and value not in config.get(params, stage.foreach):
+        raise config.ParamsError(f"{args.params}: {stage.wildcard} {value!r} is not listed in {stage.foreach}")
+    inputs, outputs = resolve(stage, params, value)
+    if missing := missing_inputs(inputs):
+        raise FileNotFoundError(f"stage {stage.name}: missing input(s): {', '.join(missing)}")
+    keys = tuple(fill(k, stage, value) for k in stage.params)
+    device = resolve_device(params["device"]) if "device" in keys else "cpu"
+    ctx = StageContext(stage.name, inputs, outputs, config.select(params, keys), value, device, log)
+    module, func = stage.runner.split(":")
+    start = time.perf_counter()
+    log.info("stage %s%s on %s", stage.name, f" [{value}]" if value else "", device)
+    getattr(importlib.import_module(module), func)(ctx)
+    if absent := [str(p) for p in outputs.values() if not p.exists()]:
+        raise RuntimeError(f"stage {stage.name} finished without writing: {', '.join(absent)}")
+    log.info("stage %s done in %.1f s", stage.name, time.perf_counter() - start)
+    return 0
+
+
+def params_command(args: argparse.Namespace) -> int:
+    if args.action == "check":
+        config.load(args.file)
+        print(f"{args.file}: valid")
+        return 0
+    source = PROFILES_DIR / f"{args.profile}.yaml"
+    config.load(source)  # never copy an invalid profile over a working params.yaml
+    shutil.copyfile(source, "params.yaml")
+    print(f"params.yaml <- {source}; run `snakemake -c2` or `dvc repro` to bring results up to date")
+    return 0
+
+
+def dvc_yaml_command(args: argparse.Namespace) -> int:
+    from .dag import dvc_yaml_text
+
+    text = dvc_yaml_text()
+    path = Path(args.path)
+    if args.check:
+        if not path.is_file() or path.read_text() != text:
+            print(f"{path} is stale: regenerate it with `taskgeom dvc-yaml`", file=sys.stderr)
+            return 1
+        print(f"{path} is up to date")
+        return 0
+    path.write_text(text)
+    print(f"wrote {path}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="taskgeom",
+        description="Task-induced pullback metrics on ViT features: the pipeline's stages and utilities. "
+                    "Each stage reads params.yaml (validated first), its declared inputs, and writes its "
+                    "declared outputs atomically. `snakemake -c2` or `dvc repro` runs them all in order.",
+    )
+    p.add_argument("--version", action="version", version=f"taskgeom {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for s in STAGES:
+        sp = sub.add_parser(s.name, help=s.help, description=s.help + _io_help(s),
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        if s.wildcard:
+            sp.add_argument(f"--{s.wildcard}", required=True, help=f"which {s.wildcard} (one of params {s.foreach})")
+        sp.add_argument("--params", default="params.yaml", help="parameters file (default: params.yaml)")
+        sp.add_argument("--log", default=None, help="also write the log to this file")
+        sp.set_defaults(func=lambda a, s=s: run_stage(s, a))
+    pp = sub.add_parser("params", help="Check a parameters file, or switch params.yaml to a profile.")
+    psub = pp.add_subparsers(dest="action", required=True)
+    check = psub.add_parser("check", help="Validate a parameters file against the schema.")
+    check.add_argument("file", nargs="?", default="params.yaml")
+    use = psub.add_parser("use", help="Copy params/PROFILE.yaml over params.yaml (default, smoke, paper).")
+    use.add_argument("profile", help="a file params/PROFILE.yaml: default, smoke or paper")
+    pp.set_defaults(func=params_command)
+    dv = sub.add_parser("dvc-yaml", help="Generate dvc.yaml from the stage registry (or --check it is current).")
+    dv.add_argument("--check", action="store_true")
+    dv.add_argument("--path", default="dvc.yaml")
+    dv.set_defaults(func=dvc_yaml_command)
+    return p
+
+
+def _io_help(s: Stage) -> str:
+    deps = [d.template.replace("{item}", "<each>") if isinstance(d, Collect) else d for d in s.deps.values()]
+    lines = ["", "", "inputs:  " + (", ".join(deps) or "none"), "outputs: " + ", ".join(s.outs.values()),
+             "params:  " + ", ".join(s.params)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (config.ParamsError, FileNotFoundError, StoreError) as exc:
+        print(f"taskgeom: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

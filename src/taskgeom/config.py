@@ -1,0 +1,109 @@
+"""Loading and validating params.yaml against the JSON schema, before any work."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+SCHEMA_PATH = Path(__file__).with_name("params.schema.yaml")
+
+
+class ParamsError(ValueError):
+    """params.yaml is missing, unreadable, or violates the schema; the message names the key."""
+
+
+@cache
+def schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def key_of(error: ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "<top level>"
+
+
+def describe(error: ValidationError) -> str:
+    """One line naming the key: unknown keys are named themselves, not their parent."""
+    if error.validator == "additionalProperties":
+        known = set(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - known)
+        prefix = key_of(error)
+        names = [k if prefix == "<top level>" else f"{prefix}.{k}" for k in unknown]
+        return f"unknown key {', '.join(names)}"
+    if error.validator == "not":
+        return f"{key_of(error)}: not allowed here ({error.schema.get('description', 'see the schema')})"
+    return f"{key_of(error)}: {error.message}"
+
+
+def cross_checks(params: dict) -> list[str]:
+    """Constraints the schema cannot express, each naming its key."""
+    problems = []
+    zoo = params["zoo"]
+    for name in zoo["models"]:
+        if name not in zoo:
+            problems.append(f"zoo.models: {name!r} has no settings under zoo.{name}")
+    for name, cfg in zoo.items():
+        if name == "models":
+            continue
+        if name not in zoo["models"]:
+            problems.append(f"zoo.{name}: settings for a model not listed in zoo.models")
+        if cfg["embed_dim"] % cfg["num_heads"]:
+            problems.append(f"zoo.{name}.num_heads: {cfg['num_heads']} does not divide embed_dim {cfg['embed_dim']}")
+        if any(i >= cfg["depth"] for i in cfg.get("read_layers", ())):
+            problems.append(f"zoo.{name}.read_layers: {cfg['read_layers']} must be below depth {cfg['depth']}")
+        if cfg["kind"] == "multiview" and cfg.get("read_layers") and sorted(cfg["read_layers"]) != cfg["read_layers"]:
+            problems.append(f"zoo.{name}.read_layers: must be increasing")
+    world = params["world"]
+    for key in ("num_objects", "fov_deg"):
+        lo, hi = world[key]
+        if lo > hi:
+            problems.append(f"world.{key}: lower bound {lo} exceeds upper bound {hi}")
+    return problems
+
+
+def validate(params: Any, source: str = "params.yaml") -> dict:
+    """Raise ParamsError listing every violation (each naming its key); return params."""
+    errors = sorted(Draft202012Validator(schema()).iter_errors(params), key=lambda e: list(map(str, e.absolute_path)))
+    problems = [describe(e) for e in errors]
+    if not problems:
+        problems = cross_checks(params)
+    if problems:
+        raise ParamsError(f"{source}: invalid parameters:\n  " + "\n  ".join(problems))
+    return params
+
+
+def load(path: str | Path = "params.yaml") -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ParamsError(f"{path}: no such parameters file")
+    try:
+        params = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{path}: not valid YAML: {exc}") from None
+    return validate(params, str(path))
+
+
+def get(params: dict, key: str) -> Any:
+    node: Any = params
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(f"params key {key!r} not found (at {part!r})")
+        node = node[part]
+    return node
+
+
+def select(params: dict, keys: tuple[str, ...] | list[str]) -> dict:
+    """The nested subset of ``params`` holding only ``keys`` (dotted): what a stage may read."""
+    out: dict = {}
+    for key in keys:
+        parts = key.split(".")
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = copy.deepcopy(get(params, key))
+    return out

@@ -1,0 +1,79 @@
+"""Both front ends of the stage registry: dvc.yaml (generated text) and Snakemake rule
+arguments (read by rules/*.smk)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import yaml
+
+from . import config
+from .stages import STAGES, Collect, Stage
+
+DVC_HEADER = "# Generated from src/taskgeom/stages.py by `taskgeom dvc-yaml`; do not edit by hand.\n"
+
+
+def dvc_path(template: str, stage: Stage) -> str:
+    return template.replace(f"{{{stage.wildcard}}}", "${item}") if stage.wildcard else template
+
+
+def dvc_stage(stage: Stage) -> dict:
+    deps = [d.directory if isinstance(d, Collect) else dvc_path(d, stage) for d in stage.deps.values()]
+    body = {
+        "cmd": stage.command("${item}") if stage.wildcard else stage.command(),
+        "deps": deps + list(stage.code),
+        "params": [dvc_path(k, stage) for k in stage.params],
+        "outs": [dvc_path(p, stage) for p in stage.outs.values()],
+    }
+    return {"foreach": f"${{{stage.foreach}}}", "do": body} if stage.foreach else body
+
+
+def dvc_yaml_text() -> str:
+    stages = {s.name: dvc_stage(s) for s in STAGES}
+    return DVC_HEADER + yaml.safe_dump({"stages": stages}, sort_keys=False, width=120)
+
+
+@dataclass
+class SnakemakeRule:
+    """Keyword arguments of one Snakemake rule, as rules/*.smk spread them."""
+
+    input: dict
+    output: dict
+    params: dict
+    log: str
+    benchmark: str
+    threads: int
+    resources: dict
+    shell: str
+
+
+def snakemake_rule(name: str, params: dict) -> SnakemakeRule:
+    from .stages import stage as lookup
+
+    s = lookup(name)
+    inputs: dict = {}
+    for key, dep in s.deps.items():
+        if isinstance(dep, Collect):
+            inputs[key] = [dep.template.replace("{item}", v) for v in config.get(params, dep.over)]
+        else:
+            inputs[key] = dep
+    inputs["code"] = list(s.code)
+    keys = list(s.params)
+
+    def values(wildcards) -> str:
+        value = getattr(wildcards, s.wildcard) if s.wildcard else None
+        resolved = [k.replace(f"{{{s.wildcard}}}", value) if value else k for k in keys]
+        return json.dumps(config.select(params, resolved), sort_keys=True)
+
+    resources = {"mem_mb": s.mem_mb, "runtime": s.runtime}
+    if s.gpu and params["device"] != "cpu":  # a scheduler may place it on a GPU node
+        resources["gpu"] = 1
+    command = s.command(f"{{wildcards.{s.wildcard}}}", "{log}") if s.wildcard else s.command(log="{log}")
+    return SnakemakeRule(inputs, dict(s.outs), {"values": values}, s.log, s.benchmark, s.threads, resources, command)
+
+
+def snakemake_targets(params: dict) -> list[str]:
+    from .stages import final_outputs
+
+    return final_outputs(params)

@@ -1,0 +1,126 @@
+"""HDF5 storage: one chunk per item, compressed, attributes recording what made the file,
+written resumably and published atomically.
+
+A file is built under ``<dir>/.partial/<name>`` and renamed into place only when
+complete, so a reader never sees a half-written file. An interrupted build resumes
+from its last flushed item block if the partial file was made with the same
+attributes; otherwise (other parameters, or a partial file HDF5 cannot open) it
+starts over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+DONE_ATTR = "items_done"
+KIND_ATTR = "taskgeom_kind"
+
+
+class StoreError(ValueError):
+    """An HDF5 input is missing, truncated, or not the kind of file expected; the message names it."""
+
+
+def encode_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested values are stored as JSON strings so any params dict fits in an attribute."""
+    return {k: v if isinstance(v, (str, int, float, np.integer, np.floating)) else json.dumps(v, sort_keys=True)
+            for k, v in attrs.items()}
+
+
+class ResumableH5:
+    """Fill fixed-size datasets block by block; ``finish()`` publishes the file.
+
+    ``layout``: dataset path -> (per-item shape, dtype); every dataset has ``num_items`` rows.
+    ``attrs``: root attributes; a partial file is resumed only if they match exactly.
+    """
+
+    def __init__(self, path: str | Path, layout: Mapping[str, tuple[tuple[int, ...], str]], num_items: int,
+                 attrs: Mapping[str, Any], kind: str):
+        self.path = Path(path)
+        self.partial = self.path.parent / ".partial" / self.path.name
+        self.partial.parent.mkdir(parents=True, exist_ok=True)
+        self.num_items = num_items
+        self.attrs = {**encode_attrs(attrs), KIND_ATTR: kind, "num_items": num_items}
+        self.file = self.reopen(layout) or self.create(layout)
+
+    def reopen(self, layout) -> h5py.File | None:
+        if not self.partial.exists():
+            return None
+        try:
+            f = h5py.File(self.partial, "r+")
+        except OSError:  # killed mid-write: HDF5 cannot read it, start over
+            self.partial.unlink()
+            return None
+        same = all(k in f.attrs and f.attrs[k] == v for k, v in self.attrs.items()) and all(n in f for n in layout)
+        if same:
+            return f
+        f.close()
+        self.partial.unlink()
+        return None
+
+    def create(self, layout) -> h5py.File:
+        f = h5py.File(self.partial, "w", libver=("earliest", "v110"), track_order=True)
+        for k, v in self.attrs.items():
+            f.attrs[k] = v
+        f.attrs[DONE_ATTR] = 0
+        for name, (shape, dtype) in layout.items():
+            f.create_dataset(name, shape=(self.num_items, *shape), dtype=dtype, chunks=(1, *shape),
+                             compression="gzip", compression_opts=4, shuffle=True, track_times=False)
+        f.flush()
+        return f
+
+    @property
+    def done(self) -> int:
+        return int(self.file.attrs[DONE_ATTR])
+
+    def write(self, start: int, arrays: Mapping[str, np.ndarray]) -> None:
+        """Write items start..start+k of every dataset in ``arrays`` and mark them done."""
+        if start != self.done:
+            raise ValueError(f"{self.partial}: blocks must be written in order (next is {self.done}, got {start})")
+        count = len(next(iter(arrays.values())))
+        for name, values in arrays.items():
+            self.file[name][start:start + count] = values
+        self.file.attrs[DONE_ATTR] = start + count
+        self.file.flush()
+
+    def finish(self) -> Path:
+        if self.done != self.num_items:
+            raise ValueError(f"{self.partial}: only {self.done} of {self.num_items} items written")
+        del self.file.attrs[DONE_ATTR]
+        self.file.close()
+        os.replace(self.partial, self.path)
+        return self.path
+
+    def close(self) -> None:
+        if self.file.id.valid:
+            self.file.close()
+
+
+def open_store(path: str | Path, kind: str) -> h5py.File:
+    """Open a finished taskgeom HDF5 file for reading, or raise StoreError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise StoreError(f"{path}: no such file (run the stage that makes it first)")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise StoreError(f"{path}: not a readable HDF5 file (truncated or corrupt?): {exc}") from None
+    found = f.attrs.get(KIND_ATTR)
+    if found != kind:
+        f.close()
+        raise StoreError(f"{path}: expected a taskgeom {kind!r} file, found {found!r}")
+    if DONE_ATTR in f.attrs:
+        f.close()
+        raise StoreError(f"{path}: incomplete file (its build was interrupted)")
+    return f
+
+
+def read_attr_json(f: h5py.File, key: str) -> Any:
+    value = f.attrs[key]
+    return json.loads(value) if isinstance(value, str) and value[:1] in "[{" else value

@@ -1,0 +1,119 @@
+"""A DPT-style dense head (Ranftl et al., 2021) reading several ViT layers, and the
+tiny-dpt depth model built from it (the Depth-Anything-V2 role)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+import torch.nn.functional as F_
+from torch import Tensor, nn
+
+from .vit import Grid, patch_tokens_to_map, tiny_vit, vit_embed
+
+
+class ResidualConvUnit(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.conv2(F_.relu(self.conv1(F_.relu(x))))
+
+
+class FusionBlock(nn.Module):
+    """Adds the skip path to the coarser path, refines, and upsamples ×2."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.skip = ResidualConvUnit(channels)
+        self.out = ResidualConvUnit(channels)
+        self.project = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, coarse: Tensor, skip: Tensor | None = None) -> Tensor:
+        x = coarse if skip is None else coarse + self.skip(skip)
+        x = self.out(x)
+        x = F_.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=True)
+        return self.project(x)
+
+
+class DPTHead(nn.Module):
+    """Reassemble four token maps at ×4, ×2, ×1, ×½ of the patch grid, fuse coarse to fine,
+    and predict ``out_channels`` maps at the image resolution.
+
+    Input: four (B, D, rows, cols) maps, shallow to deep. Output: (B, out_channels, H, W).
+    ``positive`` applies exp so the output is a positive quantity (metric depth).
+    """
+
+    def __init__(self, embed_dim: int, features: int, out_channels: int = 1, positive: bool = True):
+        super().__init__()
+        widths = (features // 2, features, features, features)
+        self.project = nn.ModuleList(nn.Conv2d(embed_dim, w, 1) for w in widths)
+        self.resample = nn.ModuleList([
+            nn.ConvTranspose2d(widths[0], widths[0], 4, stride=4),
+            nn.ConvTranspose2d(widths[1], widths[1], 2, stride=2),
+            nn.Identity(),
+            nn.Conv2d(widths[3], widths[3], 3, stride=2, padding=1),
+        ])
+        self.to_features = nn.ModuleList(nn.Conv2d(w, features, 3, padding=1, bias=False) for w in widths)
+        self.fusion = nn.ModuleList(FusionBlock(features) for _ in widths)
+        self.out = nn.Sequential(
+            nn.Conv2d(features, features // 2, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(features // 2, out_channels, 1),
+        )
+        self.positive = positive
+
+    def forward(self, maps: Sequence[Tensor], size: tuple[int, int]) -> Tensor:
+        feats = [to_f(res(proj(m))) for m, proj, res, to_f in zip(maps, self.project, self.resample, self.to_features)]
+        x = self.fusion[3](feats[3])
+        for i in (2, 1, 0):
+            if x.shape[-2:] != feats[i].shape[-2:]:
+                x = F_.interpolate(x, size=feats[i].shape[-2:], mode="bilinear", align_corners=True)
+            x = self.fusion[i](x, feats[i])
+        x = F_.interpolate(x, size=size, mode="bilinear", align_corners=True)
+        x = self.out(x)
+        return torch.exp(x) if self.positive else x
+
+
+class TinyDPT(nn.Module):
+    """tiny-dpt: a timm ViT trunk and a DPT depth head reading ``read_layers``.
+
+    ProbeHost decoder ``depth``: metric depth (B, H·W) read from four block outputs.
+    """
+
+    decoders = ("depth",)
+
+    def __init__(self, embed_dim: int, depth: int, num_heads: int, patch_size: int, img_size: int,
+                 read_layers: Sequence[int], head_features: int):
+        super().__init__()
+        if len(read_layers) != 4 or max(read_layers) >= depth:
+            raise ValueError(f"read_layers must be 4 block indices below depth={depth}, got {list(read_layers)}")
+        self.vit = tiny_vit(embed_dim, depth, num_heads, patch_size, img_size)
+        self.read_layers = tuple(read_layers)
+        self.head = DPTHead(embed_dim, head_features)
+        self.num_blocks = depth
+
+    def decoder_layers(self, decoder: str) -> tuple[int, ...]:
+        return self.read_layers
+
+    def embed(self, images: Tensor) -> tuple[Tensor, tuple[Grid, tuple[int, int]]]:
+        h, grid = vit_embed(self.vit, images)
+        return h, (grid, tuple(images.shape[-2:]))
+
+    def block(self, i: int, h: Tensor, ctx) -> Tensor:
+        return self.vit.blocks[i](h)
+
+    def decode(self, decoder: str, states: Mapping[int, Tensor], ctx) -> Tensor:
+        grid, size = ctx
+        maps = [patch_tokens_to_map(states[i], grid) for i in self.read_layers]
+        return self.head(maps, size).flatten(1)
+
+    def forward(self, images: Tensor) -> Tensor:
+        """(B, 3, H, W) -> depth (B, H, W)."""
+        h, ctx = self.embed(images)
+        states = {}
+        for i in range(max(self.read_layers) + 1):
+            h = self.block(i, h, ctx)
+            states[i] = h
+        return self.decode("depth", states, ctx).view(images.shape[0], *images.shape[-2:])

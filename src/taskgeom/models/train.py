@@ -1,0 +1,277 @@
+"""The ``zoo`` stage: train one tiny model on the synthetic world, evaluate it on the
+held-out split against a trivial baseline, and save it.
+
+Training is resumable and deterministic: the batch of step s depends only on
+(seed, s), and every ``CHECKPOINT_EVERY`` steps the model, the optimizer and the
+loss curve go to one safetensors file under ``.partial/``, so a killed run restarts
+there and ends with the same weights as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F_
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from ..data.hdf5 import open_store, read_attr_json
+from ..data.splits import read_world, to_input
+from ..evaluate.tasks import camera_errors, depth_metrics, pose_encoding, valid_depth
+from ..report.tables import write_table
+from ..runtime import StageContext, atomic_path, write_json
+from .host import param_count
+from .zoo import architecture, save, seeded
+
+CHECKPOINT_EVERY = 100
+LOG_EVERY = 25
+EVAL_BATCH = 64
+WARMUP = 0.05
+
+
+@dataclass
+class Task:
+    """How one kind of zoo model is fed, trained and scored."""
+
+    splits: tuple[str, str]                                  # (train, test) inputs
+    keys: tuple[str, ...]                                    # arrays read from the split
+    loss: Callable[[nn.Module, dict[str, Tensor]], Tensor]
+    evaluate: Callable[[nn.Module, dict[str, np.ndarray], dict[str, np.ndarray], float], dict[str, float]]
+    flip: bool                                               # horizontal-flip augmentation
+
+
+def batches(data: dict[str, np.ndarray], device: str, size: int = EVAL_BATCH):
+    n = len(next(iter(data.values())))
+    for start in range(0, n, size):
+        yield {k: torch.as_tensor(v[start:start + size]).to(device) for k, v in data.items()}
+
+
+def log_depth_l1(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
+    diff = (torch.log(pred.clamp_min(1e-6)) - torch.log(target)).abs()
+    return (diff * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+# --- classification (tiny-cls) -----------------------------------------------------------
+
+def cls_loss(model: nn.Module, b: dict[str, Tensor]) -> Tensor:
+    return F_.cross_entropy(model(to_input(b["rgb"])), b["label"], label_smoothing=0.1)
+
+
+@torch.no_grad()
+def cls_eval(model, test, train, max_depth) -> dict[str, float]:
+    correct = sum(int((model(to_input(b["rgb"])).argmax(1) == b["label"]).sum())
+                  for b in batches(test, next(model.parameters()).device.type))
+    majority = np.bincount(train["label"]).argmax()
+    return {"accuracy": correct / len(test["label"]), "baseline_accuracy": float((test["label"] == majority).mean())}
+
+
+# --- depth (tiny-dpt) ----------------------------------------------------------------------
+
+def dpt_loss(model: nn.Module, b: dict[str, Tensor]) -> Tensor:
+    return log_depth_l1(model(to_input(b["rgb"])), b["depth"], valid_depth(b["depth"], b["max_depth"]))
+
+
+def mean_log_depth(depth: np.ndarray) -> Tensor:
+    """The trivial baseline: the training set's per-pixel geometric-mean depth."""
+    return torch.as_tensor(np.exp(np.log(depth).mean(axis=0)))
+
+
+@torch.no_grad()
+def dpt_eval(model, test, train, max_depth) -> dict[str, float]:
+    device = next(model.parameters()).device.type
+    pred = torch.cat([model(to_input(b["rgb"])).cpu() for b in batches(test, device)])
+    target = torch.as_tensor(test["depth"])
+    baseline = mean_log_depth(train["depth"]).expand_as(target)
+    ours, base = depth_metrics(pred, target, max_depth), depth_metrics(baseline, target, max_depth)
+    return {**ours, **{f"baseline_{k}": v for k, v in base.items()}}
+
+
+# --- multi-view (tiny-mv) ------------------------------------------------------------------
+
+def pointmaps(depth: np.ndarray, K: np.ndarray, cam_to_world: np.ndarray) -> np.ndarray:
+    """(S, V, H, W) depth -> (S, V, 3, H, W) points in the first camera's frame (VGGT's world frame)."""
+    s, v, h, w = depth.shape
+    u, r = np.meshgrid(np.arange(w) + 0.5, np.arange(h) + 0.5)
+    pix = np.stack([u, r, np.ones_like(u)], axis=-1)  # (H, W, 3)
+    rays = np.einsum("svij,hwj->svhwi", np.linalg.inv(K), pix)
+    cam = rays * depth[..., None]
+    rel = np.linalg.inv(cam_to_world[:, :1]) @ cam_to_world  # (S, V, 4, 4)
+    pts = np.einsum("svij,svhwj->svhwi", rel[..., :3, :3], cam) + rel[:, :, None, None, :3, 3]
+    return pts.transpose(0, 1, 4, 2, 3).astype(np.float32)
+
+
+def mv_targets(data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    size = data["rgb"].shape[-2]
+    return {"rgb": data["rgb"], "depth": data["depth"], "label": data["label"],
+            "pose": pose_encoding(data["cam_to_world"], data["K"], size),
+            "points": pointmaps(data["depth"], data["K"], data["cam_to_world"])}
+
+
+def mv_loss(model: nn.Module, b: dict[str, Tensor]) -> Tensor:
+    out = model(to_input(b["rgb"]))
+    mask = valid_depth(b["depth"], b["max_depth"])
+    point_err = (out["pointmap"] - b["points"]).abs().sum(2)  # (B, V, H, W)
+    return (F_.smooth_l1_loss(out["camera"], b["pose"], beta=0.1)
+            + log_depth_l1(out["depth"], b["depth"], mask)
+            + 0.1 * (point_err * mask).sum() / mask.sum().clamp_min(1.0))
+
+
+@torch.no_grad()
+def mv_eval(model, test, train, max_depth) -> dict[str, float]:
+    device = next(model.parameters()).device.type
+    outs = [{k: v.cpu() for k, v in model(to_input(b["rgb"])).items()} for b in batches(test, device, 16)]
+    pose = torch.cat([o["camera"] for o in outs]).numpy()
+    depth = torch.cat([o["depth"] for o in outs])
+    target_depth = torch.as_tensor(test["depth"])
+    mask = valid_depth(target_depth, max_depth).unsqueeze(2)
+    points = torch.cat([o["pointmap"] for o in outs])
+    target_points = torch.as_tensor(test["points"])
+    mean_pose = np.broadcast_to(train["pose"].mean(axis=0), test["pose"].shape)
+    mean_points = torch.as_tensor(train["points"].mean(axis=0)).expand_as(target_points)
+    point_err = lambda p: float(((p - target_points).norm(dim=2, keepdim=True) * mask).sum() / mask.sum())
+    ours = {**camera_errors(pose, test["pose"]), **depth_metrics(depth, target_depth, max_depth),
+            "point_err_m": point_err(points)}
+    base = {**camera_errors(np.ascontiguousarray(mean_pose), test["pose"]),
+            **depth_metrics(mean_log_depth(train["depth"]).expand_as(target_depth), target_depth, max_depth),
+            "point_err_m": point_err(mean_points)}
+    return {**ours, **{f"baseline_{k}": v for k, v in base.items()}}
+
+
+TASKS = {
+    "cls": Task(("train", "test"), ("rgb", "label"), cls_loss, cls_eval, flip=True),
+    "dpt": Task(("train", "test"), ("rgb", "depth", "label"), dpt_loss, dpt_eval, flip=True),
+    "multiview": Task(("mv_train", "mv_test"), ("rgb", "depth", "label", "K", "cam_to_world"), mv_loss, mv_eval,
+                      flip=False),
+}
+
+
+# --- the training loop ---------------------------------------------------------------------
+
+def learning_rate(step: int, steps: int, peak: float) -> float:
+    """Linear warm-up, then cosine decay to zero."""
+    warm = max(1, int(WARMUP * steps))
+    if step < warm:
+        return peak * (step + 1) / warm
+    return 0.5 * peak * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+
+
+def sample_batch(data: dict[str, np.ndarray], step: int, seed: int, size: int, flip: bool) -> dict[str, np.ndarray]:
+    """The batch of ``step``: a function of (seed, step) only, so resumed runs see the same data."""
+    rng = np.random.default_rng([seed, step])
+    n = len(data["label"])
+    idx = np.sort(rng.choice(n, size=min(size, n), replace=False))
+    batch = {k: v[idx] for k, v in data.items()}
+    if flip:
+        mirror = rng.random(len(idx)) < 0.5
+        for k in ("rgb", "depth"):
+            if k in batch:
+                batch[k] = np.where(mirror.reshape(-1, *[1] * (batch[k].ndim - 1)), batch[k][:, :, ::-1], batch[k])
+    return batch
+
+
+def save_state(path: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int, curve: list, tag: str) -> None:
+    tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    for i, state in opt.state_dict()["state"].items():
+        tensors |= {f"opt.{i}.{k}": torch.as_tensor(v).contiguous().cpu() for k, v in state.items()}
+    meta = {"step": str(step), "curve": json.dumps(curve), "tag": tag}
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=meta)
+
+
+def load_state(path: Path, model: nn.Module, opt: torch.optim.Optimizer, tag: str) -> tuple[int, list]:
+    """Resume from ``path`` if it was made by the same configuration; else start at step 0."""
+    if not path.is_file():
+        return 0, []
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata()
+        tensors = load_file(str(path))
+    except Exception:  # a checkpoint cut short by a kill: start over
+        return 0, []
+    if meta.get("tag") != tag:
+        return 0, []
+    model.load_state_dict({k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")})
+    state = opt.state_dict()
+    for key, value in tensors.items():
+        if key.startswith("opt."):
+            _, i, name = key.split(".", 2)
+            state["state"].setdefault(int(i), {})[name] = value
+    opt.load_state_dict(state)
+    return int(meta["step"]), json.loads(meta["curve"])
+
+
+def train(ctx: StageContext, model: nn.Module, task: Task, data: dict[str, np.ndarray], cfg: dict,
+          partial: Path, max_depth: float) -> list[tuple[int, float]]:
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "pos_embed" not in n and "token" not in n]
+    other = [p for n, p in model.named_parameters() if not any(p is q for q in decay)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["weight_decay"]},
+                             {"params": other, "weight_decay": 0.0}], lr=cfg["lr"])
+    tag = json.dumps(cfg, sort_keys=True)
+    start, curve = load_state(partial, model, opt, tag)
+    if start:
+        ctx.log.info("resuming at step %d of %d from %s", start, cfg["steps"], partial)
+    model.train()
+    window: list[float] = []
+    for step in ctx.progress(range(start, cfg["steps"]), desc=f"train {ctx.wildcard}", total=cfg["steps"] - start):
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(step, cfg["steps"], cfg["lr"])
+        batch = sample_batch(data, step, cfg["seed"], cfg["batch_size"], task.flip)
+        b = {k: torch.as_tensor(v).to(ctx.device) for k, v in batch.items()} | {"max_depth": max_depth}
+        loss = task.loss(model, b)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        window.append(float(loss))
+        if (step + 1) % LOG_EVERY == 0 or step + 1 == cfg["steps"]:
+            curve.append((step + 1, float(np.mean(window))))
+            ctx.log.info("step %d/%d loss %.4f", step + 1, cfg["steps"], curve[-1][1])
+            window = []
+        if (step + 1) % CHECKPOINT_EVERY == 0 and step + 1 < cfg["steps"]:
+            save_state(partial, model, opt, step + 1, curve, tag)
+    model.eval()
+    return curve
+
+
+def load_task_data(path: Path, task: Task) -> dict[str, np.ndarray]:
+    data = read_world(path, keys=task.keys)
+    return mv_targets(data) if "cam_to_world" in task.keys else data
+
+
+def run(ctx: StageContext) -> None:
+    name = ctx.wildcard
+    cfg = ctx.params["zoo"][name]
+    task = TASKS[cfg["kind"]]
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    train_data = load_task_data(ctx.inputs[task.splits[0]], task)
+    test_data = load_task_data(ctx.inputs[task.splits[1]], task)
+    with open_store(ctx.inputs[task.splits[0]], "world") as f:
+        max_depth = float(read_attr_json(f, "spec")["max_depth"])
+    img_size = train_data["rgb"].shape[-2]
+    arch = architecture(cfg, img_size)
+    model = seeded(cfg["seed"], arch).to(ctx.device)
+    ctx.log.info("%s: %s, %d parameters, %d training scenes", name, cfg["kind"], param_count(model),
+                 len(train_data["label"]))
+    partial = ctx.outputs["weights"].parent / ".partial" / "train_state.safetensors"
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    curve = train(ctx, model, task, train_data, cfg, partial, max_depth)
+    metrics = task.evaluate(model, test_data, train_data, max_depth)
+    metrics = {k: round(v, 6) for k, v in metrics.items()}
+    ctx.log.info("%s held-out: %s", name, metrics)
+    meta = ctx.provenance() | {"parameters": param_count(model), "train_scenes": len(train_data["label"]),
+                               "test_scenes": len(test_data["label"])}
+    save(model, arch, ctx.outputs["weights"], ctx.outputs["config"], meta)
+    write_json(ctx.outputs["metrics"], {"model": name, "kind": cfg["kind"], "metrics": metrics,
+                                        "parameters": param_count(model), "steps": cfg["steps"],
+                                        "test_scenes": len(test_data["label"])})
+    write_table(pd.DataFrame(curve, columns=["step", "train_loss"]), ctx.outputs["curve"])
+    partial.unlink(missing_ok=True)

@@ -1,0 +1,77 @@
+"""timm VisionTransformer as a probe host: the CLS-embedding role (DINOv2, CLIP, tiny-cls)
+and the trunk of the DPT depth models."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from timm.models.vision_transformer import VisionTransformer
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Token layout of one image: prefix tokens (CLS, registers) then a rows×cols patch grid."""
+
+    prefix: int
+    rows: int
+    cols: int
+
+
+def tiny_vit(embed_dim: int, depth: int, num_heads: int, patch_size: int, img_size: int,
+             num_classes: int = 0) -> VisionTransformer:
+    """A small timm ViT; ``dynamic_img_size`` lets it run at any multiple of the patch size."""
+    return VisionTransformer(
+        img_size=img_size, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
+        num_heads=num_heads, mlp_ratio=4.0, num_classes=num_classes, dynamic_img_size=True,
+        global_pool="token",
+    )
+
+
+def vit_embed(vit: VisionTransformer, images: Tensor) -> tuple[Tensor, Grid]:
+    """images (B, 3, H, W) -> tokens entering block 0 (B, prefix + rows·cols, D)."""
+    x = vit.patch_embed(images)  # (B, rows, cols, D) with dynamic_img_size
+    rows, cols = x.shape[1], x.shape[2]
+    x = vit.norm_pre(vit.patch_drop(vit._pos_embed(x)))
+    return x, Grid(vit.num_prefix_tokens, rows, cols)
+
+
+def patch_tokens_to_map(h: Tensor, grid: Grid) -> Tensor:
+    """(B, prefix + rows·cols, D) -> (B, D, rows, cols), prefix tokens dropped."""
+    b, _, d = h.shape
+    return h[:, grid.prefix:].transpose(1, 2).reshape(b, d, grid.rows, grid.cols)
+
+
+class TimmViTHost(nn.Module):
+    """ProbeHost over a timm VisionTransformer with decoders on the final state.
+
+    ``cls``: the pooled, normalised embedding before the classifier (DINOv2's CLS
+    embedding); with ``project_cls`` the head is included (CLIP's projection).
+    ``logits``: the classifier output, when the model has one.
+    """
+
+    def __init__(self, vit: VisionTransformer, project_cls: bool = False):
+        super().__init__()
+        self.vit = vit
+        self.project_cls = project_cls
+        self.num_blocks = len(vit.blocks)
+        has_head = not isinstance(vit.head, nn.Identity)
+        self.decoders = ("cls", "logits") if has_head and not project_cls else ("cls",)
+
+    def decoder_layers(self, decoder: str) -> tuple[int, ...]:
+        return (self.num_blocks - 1,)
+
+    def embed(self, images: Tensor) -> tuple[Tensor, Grid]:
+        return vit_embed(self.vit, images)
+
+    def block(self, i: int, h: Tensor, ctx: Grid) -> Tensor:
+        return self.vit.blocks[i](h)
+
+    def decode(self, decoder: str, states: Mapping[int, Tensor], ctx: Grid) -> Tensor:
+        h = self.vit.norm(states[self.num_blocks - 1])
+        pre_logits = decoder == "cls" and not self.project_cls
+        return self.vit.forward_head(h, pre_logits=pre_logits)
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.vit(images)

@@ -1,0 +1,69 @@
+"""The tiny zoo: build a model from its params entry, and save / load it as safetensors + JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ..runtime import atomic_path, write_json
+from .dpt import TinyDPT
+from .multiview import TinyMultiView
+from .vit import TimmViTHost, tiny_vit
+
+NUM_CLASSES = 6  # taskgeom.data.world.CLASS_NAMES
+ARCH_KEYS = ("kind", "embed_dim", "depth", "num_heads", "patch_size", "read_layers", "head_features", "img_size")
+
+
+def build(config: dict) -> nn.Module:
+    """A zoo model from its architecture config (the params entry plus ``img_size``); each is a ProbeHost."""
+    common = dict(embed_dim=config["embed_dim"], depth=config["depth"], num_heads=config["num_heads"],
+                  patch_size=config["patch_size"], img_size=config["img_size"])
+    kind = config["kind"]
+    if kind == "cls":
+        return TimmViTHost(tiny_vit(num_classes=NUM_CLASSES, **common))
+    if kind == "dpt":
+        return TinyDPT(read_layers=config["read_layers"], head_features=config["head_features"], **common)
+    if kind == "multiview":
+        return TinyMultiView(read_layers=config["read_layers"], head_features=config["head_features"], **common)
+    raise ValueError(f"unknown zoo model kind {kind!r}")
+
+
+def architecture(params_entry: dict, img_size: int) -> dict:
+    return {k: v for k, v in {**params_entry, "img_size": img_size}.items() if k in ARCH_KEYS}
+
+
+def save(model: nn.Module, config: dict, weights: Path, config_path: Path, metadata: dict) -> None:
+    """Weights as safetensors (never pickles) and the architecture + provenance as JSON, both atomically."""
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    with atomic_path(weights) as tmp:
+        save_file(state, str(tmp), metadata={"taskgeom_config": json.dumps(config, sort_keys=True)})
+    write_json(config_path, {"architecture": config, **metadata})
+
+
+def load(weights: str | Path, config_path: str | Path, device: str = "cpu") -> nn.Module:
+    """Rebuild a zoo model from its JSON config and safetensors weights (eval mode)."""
+    weights, config_path = Path(weights), Path(config_path)
+    for p in (weights, config_path):
+        if not p.is_file():
+            raise FileNotFoundError(f"{p}: zoo checkpoint file missing (run `taskgeom zoo` for this model)")
+    try:
+        config = json.loads(config_path.read_text())["architecture"]
+    except (json.JSONDecodeError, KeyError) as exc:
+        raise ValueError(f"{config_path}: not a zoo model config: {exc}") from None
+    model = build(config)
+    model.load_state_dict(load_file(str(weights), device="cpu"))
+    return model.to(device).eval()
+
+
+def load_named(name: str, root: str | Path = "data/zoo", device: str = "cpu") -> nn.Module:
+    root = Path(root) / name
+    return load(root / "model.safetensors", root / "config.json", device)
+
+
+def seeded(seed: int, config: dict) -> nn.Module:
+    torch.manual_seed(seed)
+    return build(config)

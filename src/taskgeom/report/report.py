@@ -1,0 +1,64 @@
+"""The ``report`` stage: results/REPORT.md from every table the pipeline made, each beside
+the paper's figures where it has a counterpart (references/paper_numbers.yaml), and a list
+of every figure."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ..runtime import StageContext, write_text
+from ..stages import STAGES
+from .tables import read_table
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    input: str            # the report stage's input name (a CSV)
+    text: str
+    paper_key: str | None = None  # top-level key of references/paper_numbers.yaml
+
+
+SECTIONS = (
+    Section("Data", "data_summary",
+            "The synthetic RGB-D world as stored: splits, views, resolutions, class balance and depth statistics."),
+    Section("Tiny model zoo", "zoo_table",
+            "Held-out metrics of the zoo models the pipeline trains, against trivial baselines. "
+            "They stand in for the paper's DINOv2 / CLIP (tiny-cls), Depth-Anything-V2 (tiny-dpt) and VGGT (tiny-mv)."),
+)
+
+
+def figures(report_dir: Path) -> list[str]:
+    """Every PNG figure any stage declares, relative to the report."""
+    pngs = [p for s in STAGES for p in s.outs.values() if p.endswith(".png")]
+    return [os.path.relpath(p, report_dir) for p in pngs]
+
+
+def paper_block(numbers: dict, key: str) -> str:
+    return "Paper (Bond et al.):\n\n```yaml\n" + yaml.safe_dump({key: numbers[key]}, sort_keys=False) + "```\n"
+
+
+def render(ctx: StageContext) -> str:
+    numbers = yaml.safe_load(ctx.inputs["paper_numbers"].read_text())
+    out = ["# taskgeom results", "",
+           f"Profile `{ctx.params['profile']}`. Every table below is generated from its CSV under `results/`, "
+           "which the pipeline's stages wrote; regenerate with `snakemake -c2` or `dvc repro`.", ""]
+    for section in SECTIONS:
+        path = ctx.inputs[section.input]
+        table = read_table(path)
+        rel = os.path.relpath(path, ctx.outputs["report"].parent)
+        out += [f"## {section.title}", "", section.text, "", f"Source: [`{rel}`]({rel})", "",
+                table.to_markdown(index=False, floatfmt=".4g"), ""]
+        if section.paper_key:
+            out += [paper_block(numbers, section.paper_key), ""]
+    out += ["## Figures", ""]
+    out += [f"- [`{f}`]({f})" for f in figures(ctx.outputs["report"].parent)]
+    return "\n".join(out) + "\n"
+
+
+def run(ctx: StageContext) -> None:
+    write_text(ctx.outputs["report"], render(ctx))

@@ -1,0 +1,30 @@
+"""Tables as CSV (the source of truth) plus Markdown and LaTeX renderings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..runtime import write_text
+
+FLOAT_FORMAT = "%.6g"
+
+
+def write_table(df: pd.DataFrame, csv: str | Path, md: str | Path | None = None, tex: str | Path | None = None,
+                caption: str = "") -> None:
+    """Write ``df`` atomically; floats in a fixed format so identical runs give identical bytes."""
+    write_text(csv, df.to_csv(index=False, float_format=FLOAT_FORMAT, lineterminator="\n"))
+    if md is not None:
+        body = df.to_markdown(index=False, floatfmt=".4g")
+        write_text(md, (f"{caption}\n\n" if caption else "") + body + "\n")
+    if tex is not None:
+        latex = df.to_latex(index=False, float_format=lambda x: f"{x:.4g}", caption=caption or None, escape=True)
+        write_text(tex, latex)
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: table not found (run the stage that makes it first)")
+    return pd.read_csv(path)

@@ -1,0 +1,156 @@
+"""The stage registry: the single source of both DAGs.
+
+Each stage is one ``taskgeom STAGE`` subcommand. Its named inputs, outputs and
+parameter keys are declared here once; ``dvc.yaml`` is generated from this table
+(``taskgeom dvc-yaml``) and the Snakemake rules in ``rules/*.smk`` read it through
+``taskgeom.snakemake``. Paths are templates over the stage's wildcard, written
+``{model}``; a ``Collect`` input gathers one file per value of a parameter list
+(Snakemake expands it; DVC depends on the directory that holds them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Collect:
+    """One file per value of the list at params key ``over``, e.g. every zoo model's metrics."""
+
+    template: str  # with one "{item}" placeholder, e.g. "results/zoo/{item}.json"
+    over: str      # dotted params key of a list
+
+    @property
+    def directory(self) -> str:
+        return self.template.split("{item}")[0].rstrip("/")
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    runner: str                          # "module:function" taking a StageContext
+    help: str
+    deps: dict[str, str | Collect] = field(default_factory=dict)
+    outs: dict[str, str] = field(default_factory=dict)
+    params: tuple[str, ...] = ()         # dotted params keys, may use the wildcard
+    code: tuple[str, ...] = ()           # source files whose change reruns the stage
+    wildcard: str | None = None          # e.g. "model"
+    foreach: str | None = None           # params key of the wildcard's values
+    threads: int = 1
+    mem_mb: int = 2000
+    runtime: int = 10                    # minutes, for cluster schedulers
+    gpu: bool = False                    # benefits from a GPU (device: auto uses one)
+
+    @property
+    def log(self) -> str:
+        return f"logs/{self.name}/{{{self.wildcard}}}.log" if self.wildcard else f"logs/{self.name}.log"
+
+    @property
+    def benchmark(self) -> str:
+        return self.log.replace("logs/", "logs/benchmarks/", 1).removesuffix(".log") + ".tsv"
+
+    def command(self, wildcard_value: str | None = None, log: str | None = None) -> str:
+        """The shell command, with the wildcard written as ``wildcard_value`` (a template string is fine)."""
+        parts = ["taskgeom", self.name]
+        if self.wildcard:
+            parts += [f"--{self.wildcard}", wildcard_value or f"{{{self.wildcard}}}"]
+        parts += ["--log", log or self.log.replace(f"{{{self.wildcard}}}", wildcard_value or "")]
+        return " ".join(parts)
+
+
+PKG = "src/taskgeom"
+WORLD_FILES = {
+    "train": "data/world/train.h5",
+    "val": "data/world/val.h5",
+    "test": "data/world/test.h5",
+    "mv_train": "data/world/mv_train.h5",
+    "mv_test": "data/world/mv_test.h5",
+}
+
+STAGES: tuple[Stage, ...] = (
+    Stage(
+        name="fetch",
+        runner="taskgeom.data.fetch:run",
+        help="Render the synthetic RGB-D world (or index the real data sets) into HDF5, with a summary and a figure.",
+        outs={
+            **WORLD_FILES,
+            "summary_csv": "results/data/summary.csv",
+            "summary_md": "results/data/summary.md",
+            "figure_png": "results/figures/world_samples.png",
+            "figure_pdf": "results/figures/world_samples.pdf",
+        },
+        params=("world", "real"),
+        code=(f"{PKG}/data/world.py", f"{PKG}/data/fetch.py", f"{PKG}/data/hdf5.py"),
+        mem_mb=4000,
+        runtime=30,
+    ),
+    Stage(
+        name="zoo",
+        runner="taskgeom.models.train:run",
+        help="Train one tiny zoo model on the synthetic world and evaluate it on the held-out split.",
+        deps={k: v for k, v in WORLD_FILES.items() if k != "val"},
+        outs={
+            "weights": "data/zoo/{model}/model.safetensors",
+            "config": "data/zoo/{model}/config.json",
+            "metrics": "results/zoo/{model}.json",
+            "curve": "results/zoo/{model}_curve.csv",
+        },
+        params=("zoo.{model}", "device"),
+        code=(f"{PKG}/models/train.py", f"{PKG}/models/zoo.py", f"{PKG}/models/vit.py", f"{PKG}/models/dpt.py",
+              f"{PKG}/models/multiview.py", f"{PKG}/evaluate/tasks.py", f"{PKG}/data/hdf5.py"),
+        wildcard="model",
+        foreach="zoo.models",
+        threads=2,
+        mem_mb=6000,
+        runtime=60,
+        gpu=True,
+    ),
+    Stage(
+        name="zoo-table",
+        runner="taskgeom.report.zoo_table:run",
+        help="Tabulate every zoo model's held-out metrics against its trivial baseline.",
+        deps={"metrics": Collect("results/zoo/{item}.json", over="zoo.models")},
+        outs={"csv": "results/zoo_table.csv", "md": "results/zoo_table.md", "tex": "results/zoo_table.tex"},
+        params=("zoo.models",),
+        code=(f"{PKG}/report/zoo_table.py", f"{PKG}/report/tables.py"),
+    ),
+    Stage(
+        name="report",
+        runner="taskgeom.report.report:run",
+        help="Assemble every table that exists into results/REPORT.md, beside the paper's figures.",
+        deps={
+            "zoo_table": "results/zoo_table.csv",
+            "data_summary": "results/data/summary.csv",
+            "paper_numbers": "references/paper_numbers.yaml",
+        },
+        outs={"report": "results/REPORT.md"},
+        params=("profile",),
+        code=(f"{PKG}/report/report.py", f"{PKG}/report/tables.py"),
+    ),
+)
+
+BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
+
+
+def stage(name: str) -> Stage:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"no stage {name!r}; stages: {', '.join(BY_NAME)}") from None
+
+
+def fill(template: str, stage_: Stage, value: str | None) -> str:
+    """Substitute the stage's wildcard in a path or params-key template."""
+    return template.replace(f"{{{stage_.wildcard}}}", value) if stage_.wildcard and value is not None else template
+
+
+def final_outputs(params: dict) -> list[str]:
+    """Every output of every stage, wildcards expanded from ``params`` (Snakemake's `all`)."""
+    from .config import get
+
+    paths = []
+    for s in STAGES:
+        values = get(params, s.foreach) if s.foreach else [None]
+        for v in values:
+            paths += [fill(p, s, v) for p in s.outs.values()]
+    return paths
