@@ -52,6 +52,8 @@ def cross_checks(params: dict) -> list[str]:
             continue
         if name not in zoo["models"]:
             problems.append(f"zoo.{name}: settings for a model not listed in zoo.models")
+        if cfg["kind"] == "pretrained":
+            continue
         if cfg["embed_dim"] % cfg["num_heads"]:
             problems.append(f"zoo.{name}.num_heads: {cfg['num_heads']} does not divide embed_dim {cfg['embed_dim']}")
         if any(i >= cfg["depth"] for i in cfg.get("read_layers", ())):

@@ -140,7 +140,7 @@ def test_missing_weights_fail_at_once_naming_the_model(name: str, tmp_path: Path
             load_paper_model(name, None if path is None else str(path))
         message = str(err.value)
         assert repr(name) in message
-        assert f"paper_models.{name}.path" in message
+        assert f"adapter: {name}" in message
 
 
 def test_unknown_model_lists_the_known_ones():

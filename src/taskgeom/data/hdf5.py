@@ -1,11 +1,12 @@
 """HDF5 storage: one chunk per item, compressed, attributes recording what made the file,
 written resumably and published atomically.
 
-A file is built under ``<dir>/.partial/<name>`` and renamed into place only when
-complete, so a reader never sees a half-written file. An interrupted build resumes
-from its last flushed item block if the partial file was made with the same
-attributes; otherwise (other parameters, or a partial file HDF5 cannot open) it
-starts over.
+A file is built under ``<dir>/.partial/<name>`` and published only when complete,
+so a reader never sees a half-written file. An interrupted build resumes from its
+last flushed item block if the partial file was made with the same attributes;
+otherwise (other parameters, or a partial file HDF5 cannot open) it starts over.
+Publishing rewrites the data into a fresh file in a fixed order, so the published
+bytes do not depend on whether, or where, the build was interrupted.
 """
 
 from __future__ import annotations
@@ -65,13 +66,8 @@ class ResumableH5:
         return None
 
     def create(self, layout) -> h5py.File:
-        f = h5py.File(self.partial, "w", libver=("earliest", "v110"), track_order=True)
-        for k, v in self.attrs.items():
-            f.attrs[k] = v
+        f = new_file(self.partial, self.attrs, layout, self.num_items)
         f.attrs[DONE_ATTR] = 0
-        for name, (shape, dtype) in layout.items():
-            f.create_dataset(name, shape=(self.num_items, *shape), dtype=dtype, chunks=(1, *shape),
-                             compression="gzip", compression_opts=4, shuffle=True, track_times=False)
         f.flush()
         return f
 
@@ -89,17 +85,41 @@ class ResumableH5:
         self.file.attrs[DONE_ATTR] = start + count
         self.file.flush()
 
-    def finish(self) -> Path:
+    def finish(self, block: int = 256) -> Path:
+        """Copy the complete partial file into a fresh one and rename it into place."""
         if self.done != self.num_items:
             raise ValueError(f"{self.partial}: only {self.done} of {self.num_items} items written")
-        del self.file.attrs[DONE_ATTR]
+        layout = {name: (self.file[name].shape[1:], self.file[name].dtype) for name in self.layout_names()}
+        fresh = self.partial.with_suffix(".publish")
+        with new_file(fresh, self.attrs, layout, self.num_items) as out:
+            for name in layout:
+                for start in range(0, self.num_items, block):
+                    out[name][start:start + block] = self.file[name][start:start + block]
         self.file.close()
-        os.replace(self.partial, self.path)
+        os.replace(fresh, self.path)
+        self.partial.unlink()
         return self.path
+
+    def layout_names(self) -> list[str]:
+        names: list[str] = []
+        self.file.visititems(lambda n, obj: names.append(n) if isinstance(obj, h5py.Dataset) else None)
+        return names
 
     def close(self) -> None:
         if self.file.id.valid:
             self.file.close()
+
+
+def new_file(path: Path, attrs: Mapping[str, Any], layout: Mapping[str, tuple[tuple[int, ...], Any]],
+             num_items: int) -> h5py.File:
+    """An HDF5 file with ``attrs`` and one chunked, compressed dataset per layout entry, created in order."""
+    f = h5py.File(path, "w", libver=("earliest", "v110"), track_order=True)
+    for k, v in attrs.items():
+        f.attrs[k] = v
+    for name, (shape, dtype) in layout.items():
+        f.create_dataset(name, shape=(num_items, *shape), dtype=dtype, chunks=(1, *shape),
+                         compression="gzip", compression_opts=4, shuffle=True, track_times=False)
+    return f
 
 
 def open_store(path: str | Path, kind: str) -> h5py.File:

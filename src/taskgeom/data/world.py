@@ -55,7 +55,7 @@ class WorldSpec:
 
     num_objects: tuple[int, int] = (3, 6)
     fov_deg: tuple[float, float] = (45.0, 70.0)
-    camera_distance: tuple[float, float] = (4.0, 8.0)
+    camera_distance: tuple[float, float] = (2.5, 4.5)
     camera_height: tuple[float, float] = (1.0, 4.0)
     max_depth: float = 50.0
 

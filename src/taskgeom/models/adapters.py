@@ -61,7 +61,7 @@ def _missing_weights(spec: AdapterSpec, path: str | Path | None) -> FileNotFound
     where = "no path was given" if path is None else f"nothing exists at {str(path)!r}"
     return FileNotFoundError(
         f"paper model {spec.name!r} ({spec.title}): weights not found ({where}). "
-        f"Provide {spec.weights} Set its location as `paper_models.{spec.name}.path` in params.yaml "
+        f"Provide {spec.weights} Set its location as `path` of the zoo entry with `adapter: {spec.name}` in params.yaml "
         f"(or pass path= to load_paper_model). Weights are never downloaded; fetch them beforehand, "
         f"e.g. `huggingface-cli download {spec.hf_repo}`, and point the path at the file or directory."
     )

@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
-from timm.layers import PatchEmbed, resample_abs_pos_embed
+from timm.layers import resample_abs_pos_embed
 from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
 from .dpt import DPTHead
-from .vit import Grid, patch_tokens_to_map
+from .vit import ConvStemPatchEmbed, Grid, patch_tokens_to_map
 
 POSE_DIM = 9
 
@@ -47,7 +47,7 @@ class TinyMultiView(nn.Module):
         super().__init__()
         if len(read_layers) != 4 or max(read_layers) >= depth:
             raise ValueError(f"read_layers must be 4 block indices below depth={depth}, got {list(read_layers)}")
-        self.patch_embed = PatchEmbed(img_size, patch_size, 3, embed_dim, output_fmt="NHWC", dynamic_img_pad=False,
+        self.patch_embed = ConvStemPatchEmbed(img_size, patch_size, 3, embed_dim, output_fmt="NHWC", dynamic_img_pad=False,
                                       strict_img_size=False)
         grid = img_size // patch_size
         self.pos_embed = nn.Parameter(torch.randn(1, grid * grid, embed_dim) * 0.02)

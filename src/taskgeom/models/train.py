@@ -176,19 +176,20 @@ def sample_batch(data: dict[str, np.ndarray], step: int, seed: int, size: int, f
     return batch
 
 
-def save_state(path: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int, curve: list, tag: str) -> None:
+def save_state(path: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int, curve: list, window: list,
+               tag: str) -> None:
     tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     for i, state in opt.state_dict()["state"].items():
         tensors |= {f"opt.{i}.{k}": torch.as_tensor(v).contiguous().cpu() for k, v in state.items()}
-    meta = {"step": str(step), "curve": json.dumps(curve), "tag": tag}
+    meta = {"step": str(step), "curve": json.dumps(curve), "window": json.dumps(window), "tag": tag}
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata=meta)
 
 
-def load_state(path: Path, model: nn.Module, opt: torch.optim.Optimizer, tag: str) -> tuple[int, list]:
+def load_state(path: Path, model: nn.Module, opt: torch.optim.Optimizer, tag: str) -> tuple[int, list, list]:
     """Resume from ``path`` if it was made by the same configuration; else start at step 0."""
     if not path.is_file():
-        return 0, []
+        return 0, [], []
     from safetensors import safe_open
 
     try:
@@ -196,9 +197,9 @@ def load_state(path: Path, model: nn.Module, opt: torch.optim.Optimizer, tag: st
             meta = f.metadata()
         tensors = load_file(str(path))
     except Exception:  # a checkpoint cut short by a kill: start over
-        return 0, []
+        return 0, [], []
     if meta.get("tag") != tag:
-        return 0, []
+        return 0, [], []
     model.load_state_dict({k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")})
     state = opt.state_dict()
     for key, value in tensors.items():
@@ -206,7 +207,7 @@ def load_state(path: Path, model: nn.Module, opt: torch.optim.Optimizer, tag: st
             _, i, name = key.split(".", 2)
             state["state"].setdefault(int(i), {})[name] = value
     opt.load_state_dict(state)
-    return int(meta["step"]), json.loads(meta["curve"])
+    return int(meta["step"]), [tuple(c) for c in json.loads(meta["curve"])], json.loads(meta["window"])
 
 
 def train(ctx: StageContext, model: nn.Module, task: Task, data: dict[str, np.ndarray], cfg: dict,
@@ -216,11 +217,10 @@ def train(ctx: StageContext, model: nn.Module, task: Task, data: dict[str, np.nd
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["weight_decay"]},
                              {"params": other, "weight_decay": 0.0}], lr=cfg["lr"])
     tag = json.dumps(cfg, sort_keys=True)
-    start, curve = load_state(partial, model, opt, tag)
+    start, curve, window = load_state(partial, model, opt, tag)
     if start:
         ctx.log.info("resuming at step %d of %d from %s", start, cfg["steps"], partial)
     model.train()
-    window: list[float] = []
     for step in ctx.progress(range(start, cfg["steps"]), desc=f"train {ctx.wildcard}", total=cfg["steps"] - start):
         for group in opt.param_groups:
             group["lr"] = learning_rate(step, cfg["steps"], cfg["lr"])
@@ -231,13 +231,13 @@ def train(ctx: StageContext, model: nn.Module, task: Task, data: dict[str, np.nd
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        window.append(float(loss))
+        window.append(loss.item())
         if (step + 1) % LOG_EVERY == 0 or step + 1 == cfg["steps"]:
             curve.append((step + 1, float(np.mean(window))))
             ctx.log.info("step %d/%d loss %.4f", step + 1, cfg["steps"], curve[-1][1])
             window = []
         if (step + 1) % CHECKPOINT_EVERY == 0 and step + 1 < cfg["steps"]:
-            save_state(partial, model, opt, step + 1, curve, tag)
+            save_state(partial, model, opt, step + 1, curve, window, tag)
     model.eval()
     return curve
 
@@ -247,15 +247,36 @@ def load_task_data(path: Path, task: Task) -> dict[str, np.ndarray]:
     return mv_targets(data) if "cam_to_world" in task.keys else data
 
 
+def run_pretrained(ctx: StageContext, cfg: dict, max_depth: float) -> None:
+    """Import one of the paper's models from its local weights and evaluate it zero-shot."""
+    from . import pretrained
+
+    host = pretrained.load(cfg, ctx.device)
+    metrics = {k: round(v, 6) for k, v in pretrained.evaluate(ctx, host, cfg, max_depth).items()}
+    ctx.log.info("%s zero-shot on the world: %s", ctx.wildcard, metrics)
+    save(host, pretrained.architecture(cfg), ctx.outputs["weights"], ctx.outputs["config"],
+         ctx.provenance() | {"parameters": param_count(host), "weights_source": str(cfg["path"])})
+    write_json(ctx.outputs["metrics"], {"model": ctx.wildcard, "kind": "pretrained", "metrics": metrics,
+                                        "parameters": param_count(host), "steps": 0,
+                                        "test_scenes": len(read_world(ctx.inputs["test"], keys=("label",))["label"])})
+    write_table(pd.DataFrame(columns=["step", "train_loss"]), ctx.outputs["curve"])
+
+
+def world_max_depth(path: Path) -> float:
+    with open_store(path, "world") as f:
+        return float(read_attr_json(f, "spec")["max_depth"])
+
+
 def run(ctx: StageContext) -> None:
     name = ctx.wildcard
     cfg = ctx.params["zoo"][name]
-    task = TASKS[cfg["kind"]]
     torch.use_deterministic_algorithms(True, warn_only=True)
+    if cfg["kind"] == "pretrained":
+        return run_pretrained(ctx, cfg, world_max_depth(ctx.inputs["test"]))
+    task = TASKS[cfg["kind"]]
     train_data = load_task_data(ctx.inputs[task.splits[0]], task)
     test_data = load_task_data(ctx.inputs[task.splits[1]], task)
-    with open_store(ctx.inputs[task.splits[0]], "world") as f:
-        max_depth = float(read_attr_json(f, "spec")["max_depth"])
+    max_depth = world_max_depth(ctx.inputs[task.splits[0]])
     img_size = train_data["rgb"].shape[-2]
     arch = architecture(cfg, img_size)
     model = seeded(cfg["seed"], arch).to(ctx.device)

@@ -20,6 +20,11 @@ ARCH_KEYS = ("kind", "embed_dim", "depth", "num_heads", "patch_size", "read_laye
 
 def build(config: dict) -> nn.Module:
     """A zoo model from its architecture config (the params entry plus ``img_size``); each is a ProbeHost."""
+    if config["kind"] == "pretrained":  # the paper's architecture; weights come from the checkpoint
+        from .adapters import PAPER_MODELS
+
+        spec = PAPER_MODELS[config["adapter"]]
+        return spec.build(None, config.get("overrides", {}))
     common = dict(embed_dim=config["embed_dim"], depth=config["depth"], num_heads=config["num_heads"],
                   patch_size=config["patch_size"], img_size=config["img_size"])
     kind = config["kind"]

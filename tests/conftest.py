@@ -1,0 +1,53 @@
+"""Shared fixtures: a copy of the repository to run the pipeline in, and small worlds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def tool_env() -> dict[str, str]:
+    """The environment a pipeline command runs in: this venv's tools first on PATH."""
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def run(cmd: list[str] | str, cwd: Path, check: bool = True, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    """Run a command in ``cwd``; on failure show its output in the test report."""
+    proc = subprocess.run(cmd, cwd=cwd, env=tool_env(), capture_output=True, text=True, timeout=timeout,
+                          shell=isinstance(cmd, str), **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def copy_repo(dest: Path, profile: str = "smoke") -> Path:
+    """The repository's files (tracked and new, not ignored) in a fresh git repo at ``dest``."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout.split("\0")
+    for rel in filter(None, files):
+        src = REPO / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    shutil.copyfile(dest / "params" / f"{profile}.yaml", dest / "params.yaml")
+    git = ["git", "-c", "user.email=ci@taskgeom", "-c", "user.name=taskgeom"]
+    run(["git", "init", "-q"], dest)
+    run(["git", "add", "-A"], dest)
+    run([*git, "commit", "-qm", "copy"], dest)
+    return dest
+
+
+@pytest.fixture
+def repo_copy(tmp_path: Path) -> Path:
+    return copy_repo(tmp_path / "repo")

@@ -1,0 +1,149 @@
+"""The zoo stage learns, and resumes after an interruption to the same weights."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from taskgeom.data import fetch
+from taskgeom.models import train, zoo
+from taskgeom.runtime import StageContext
+from taskgeom.stages import WORLD_FILES
+
+WORLD = {"seed": 3, "resolution": 32, "eval_resolutions": [], "splits": {"train": 96, "val": 4, "test": 32},
+         "multiview": {"views": 2, "train": 16, "test": 8}, "num_objects": [3, 4], "fov_deg": [45.0, 60.0],
+         "chunk": 32}
+MODELS = {
+    "tiny-cls": dict(kind="cls", embed_dim=32, depth=2, num_heads=2, patch_size=8),
+    "tiny-dpt": dict(kind="dpt", embed_dim=32, depth=2, num_heads=2, patch_size=8, read_layers=[0, 1, 1, 1],
+                     head_features=16),
+    "tiny-mv": dict(kind="multiview", embed_dim=32, depth=2, num_heads=2, patch_size=8, read_layers=[0, 1, 1, 1],
+                    head_features=16),
+}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("world")
+    outputs = {k: root / Path(v).name for k, v in WORLD_FILES.items()}
+    outputs |= {k: root / k for k in ("summary_csv", "summary_md", "figure_png", "figure_pdf")}
+    fetch.run(StageContext("fetch", {}, outputs, {"world": WORLD}))
+    return outputs
+
+
+def zoo_context(world: dict[str, Path], out: Path, name: str, **train_cfg) -> StageContext:
+    cfg = MODELS[name] | {"steps": 60, "batch_size": 16, "lr": 2e-3, "weight_decay": 0.05, "seed": 0} | train_cfg
+    outputs = {"weights": out / "model.safetensors", "config": out / "config.json", "metrics": out / "metrics.json",
+               "curve": out / "curve.csv"}
+    return StageContext("zoo", dict(world), outputs, {"zoo": {name: cfg}, "device": "cpu"}, name,
+                        log=logging.getLogger("test"))
+
+
+def test_depth_model_learns(world, tmp_path: Path):
+    ctx = zoo_context(world, tmp_path, "tiny-dpt", steps=120)
+    train.run(ctx)
+    curve = [line.split(",") for line in ctx.outputs["curve"].read_text().splitlines()[1:]]
+    assert float(curve[-1][1]) < 0.7 * float(curve[0][1])  # training loss falls
+    metrics = json.loads(ctx.outputs["metrics"].read_text())["metrics"]
+    assert metrics["abs_rel"] < metrics["baseline_abs_rel"]  # held-out, against the mean-depth map
+
+
+def test_classifier_and_multiview_losses_fall(world, tmp_path: Path):
+    for name in ("tiny-cls", "tiny-mv"):
+        ctx = zoo_context(world, tmp_path / name, name, steps=60)
+        train.run(ctx)
+        losses = [float(line.split(",")[1]) for line in ctx.outputs["curve"].read_text().splitlines()[1:]]
+        assert losses[-1] < losses[0], name
+
+
+def test_checkpoint_round_trip_gives_the_same_model(world, tmp_path: Path):
+    ctx = zoo_context(world, tmp_path, "tiny-mv", steps=5)
+    train.run(ctx)
+    model = zoo.load(ctx.outputs["weights"], ctx.outputs["config"])
+    config = json.loads(ctx.outputs["config"].read_text())
+    assert config["architecture"]["img_size"] == 32 and "code_version" in config
+    x = torch.randn(1, 2, 3, 32, 32)
+    again = zoo.load(ctx.outputs["weights"], ctx.outputs["config"])
+    torch.testing.assert_close(model(x)["pointmap"], again(x)["pointmap"])
+    with pytest.raises(FileNotFoundError, match="zoo checkpoint file missing"):
+        zoo.load(tmp_path / "absent.safetensors", ctx.outputs["config"])
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_interrupted_training_resumes_to_identical_weights(world, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(train, "CHECKPOINT_EVERY", 10)
+    whole = zoo_context(world, tmp_path / "whole", "tiny-dpt", steps=30)
+    train.run(whole)
+
+    calls = {"n": 0}
+    real_loss = train.TASKS["dpt"].loss
+
+    def dying_loss(model, batch):
+        calls["n"] += 1
+        if calls["n"] == 16:  # after the checkpoint at step 10
+            raise Interrupted
+        return real_loss(model, batch)
+
+    resumed = zoo_context(world, tmp_path / "resumed", "tiny-dpt", steps=30)
+    monkeypatch.setattr(train.TASKS["dpt"], "loss", dying_loss)
+    with pytest.raises(Interrupted):
+        train.run(resumed)
+    assert not resumed.outputs["weights"].exists()
+    assert (tmp_path / "resumed" / ".partial" / "train_state.safetensors").exists()
+    monkeypatch.setattr(train.TASKS["dpt"], "loss", real_loss)
+    train.run(resumed)
+    a, b = load_file(str(whole.outputs["weights"])), load_file(str(resumed.outputs["weights"]))
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    assert whole.outputs["curve"].read_bytes() == resumed.outputs["curve"].read_bytes()
+    assert not (tmp_path / "resumed" / ".partial" / "train_state.safetensors").exists()
+
+
+@pytest.mark.parametrize("adapter, metric", [("dinov2-b14", "knn_accuracy"), ("depth-anything-v2", "abs_rel")])
+def test_paper_model_is_imported_into_the_zoo_and_evaluated(world, tmp_path: Path, adapter: str, metric: str):
+    from taskgeom.models.adapters import PAPER_MODELS, build_paper_model
+
+    spec = PAPER_MODELS[adapter]
+    torch.manual_seed(0)
+    host = build_paper_model(adapter, tiny=True)
+    if adapter == "dinov2-b14":
+        weights = tmp_path / "dinov2.safetensors"
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in host.vit.state_dict().items()}, str(weights))
+        size = spec.tiny["img_size"]
+    else:
+        weights = tmp_path / "depth-anything"
+        host.model.save_pretrained(weights)
+        size = spec.tiny["image_size"]
+    cfg = {"kind": "pretrained", "adapter": adapter, "path": str(weights), "img_size": size, "batch_size": 8,
+           "overrides": dict(spec.tiny)}
+    out = tmp_path / "zoo"
+    outputs = {"weights": out / "model.safetensors", "config": out / "config.json", "metrics": out / "m.json",
+               "curve": out / "curve.csv"}
+    train.run(StageContext("zoo", dict(world), outputs, {"zoo": {"paper": cfg}, "device": "cpu"}, "paper"))
+    metrics = json.loads(outputs["metrics"].read_text())["metrics"]
+    assert metric in metrics and f"baseline_{metric}" in metrics
+    reloaded = zoo.load(outputs["weights"], outputs["config"])
+    x = torch.randn(2, 3, size, size)
+    from taskgeom.models.host import run_decoder
+
+    decoder = host.decoders[0]
+    torch.testing.assert_close(run_decoder(reloaded, decoder, x), run_decoder(host, decoder, x))
+
+
+def test_paper_model_without_weights_fails_at_once_naming_it(world, tmp_path: Path):
+    cfg = {"kind": "pretrained", "adapter": "clip-b16", "path": None, "img_size": 224, "batch_size": 8}
+    outputs = {k: tmp_path / k for k in ("weights", "config", "metrics", "curve")}
+    with pytest.raises(FileNotFoundError, match="paper model 'clip-b16'.*weights not found"):
+        train.run(StageContext("zoo", dict(world), outputs, {"zoo": {"clip": cfg}, "device": "cpu"}, "clip"))
+    assert not any(p.exists() for p in outputs.values())

@@ -1,0 +1,76 @@
+"""params.yaml is validated against the schema before any work, naming the offending key."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from taskgeom import config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def params() -> dict:
+    return config.load(REPO / "params.yaml")
+
+
+@pytest.mark.parametrize("profile", ["default", "smoke", "paper"])
+def test_every_profile_is_valid(profile: str):
+    config.load(REPO / "params" / f"{profile}.yaml")
+
+
+def test_params_yaml_is_the_default_profile():
+    assert (REPO / "params.yaml").read_text() == (REPO / "params" / "default.yaml").read_text()
+
+
+@pytest.mark.parametrize("mutate, named", [
+    (lambda p: p.update(colour=1), "unknown key colour"),
+    (lambda p: p["world"].update(sede=1), "unknown key world.sede"),
+    (lambda p: p["zoo"]["tiny-dpt"].update(heads=2), "unknown key zoo.tiny-dpt.heads"),
+    (lambda p: p["zoo"]["tiny-cls"].update(steps="100"), "zoo.tiny-cls.steps: '100' is not of type 'integer'"),
+    (lambda p: p["world"].update(resolution=65), "world.resolution"),
+    (lambda p: p["zoo"]["tiny-cls"].update(lr=-0.1), "zoo.tiny-cls.lr"),
+    (lambda p: p["world"]["splits"].update(train=0), "world.splits.train"),
+    (lambda p: p.update(device="gpu"), "device"),
+    (lambda p: p["zoo"]["tiny-cls"].update(read_layers=[0, 1, 2, 3]), "zoo.tiny-cls.read_layers"),
+    (lambda p: p["zoo"]["tiny-dpt"].update(read_layers=[1, 2, 4, 9]), "zoo.tiny-dpt.read_layers"),
+    (lambda p: p["zoo"]["tiny-dpt"].update(num_heads=5), "zoo.tiny-dpt.num_heads"),
+    (lambda p: p["zoo"]["models"].append("tiny-xl"), "zoo.models"),
+    (lambda p: p["world"].update(fov_deg=[70.0, 45.0]), "world.fov_deg"),
+])
+def test_invalid_values_are_rejected_naming_the_key(params: dict, mutate, named: str):
+    bad = copy.deepcopy(params)
+    mutate(bad)
+    with pytest.raises(config.ParamsError) as err:
+        config.validate(bad, "params.yaml")
+    assert named in str(err.value)
+    assert str(err.value).startswith("params.yaml:")
+
+
+def test_load_names_the_file(tmp_path: Path):
+    with pytest.raises(config.ParamsError, match="no such parameters file"):
+        config.load(tmp_path / "absent.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("world: [unclosed\n")
+    with pytest.raises(config.ParamsError, match=f"{broken}: not valid YAML"):
+        config.load(broken)
+
+
+def test_select_keeps_only_the_declared_keys(params: dict):
+    sub = config.select(params, ["zoo.tiny-cls", "device"])
+    assert sub == {"zoo": {"tiny-cls": params["zoo"]["tiny-cls"]}, "device": params["device"]}
+    sub["zoo"]["tiny-cls"]["lr"] = 99.0
+    assert params["zoo"]["tiny-cls"]["lr"] != 99.0  # a copy, not a view
+    with pytest.raises(KeyError, match="zoo.tiny-xl"):
+        config.select(params, ["zoo.tiny-xl"])
+
+
+def test_schema_file_is_what_snakemake_validates_with():
+    snakefile = (REPO / "Snakefile").read_text()
+    assert 'validate(config, "src/taskgeom/params.schema.yaml")' in snakefile
+    assert config.SCHEMA_PATH == REPO / "src" / "taskgeom" / "params.schema.yaml"
+    assert yaml.safe_load(config.SCHEMA_PATH.read_text())["additionalProperties"] is False

@@ -1,0 +1,246 @@
+"""The smoke profile end to end through both front ends: the two DAGs agree, runs are
+incremental and byte-reproducible, bad parameters stop everything, interrupted stages
+resume cleanly, and artifacts round-trip through a DVC remote."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+
+from conftest import copy_repo, run, tool_env
+
+pytestmark = pytest.mark.pipeline
+
+TABLES = ("results/zoo_table.csv", "results/data/summary.csv", "results/REPORT.md")
+
+
+def snakemake_jobs(repo: Path) -> dict[str, dict]:
+    """Snakemake's planned jobs, by shell command: rule, inputs, outputs."""
+    out = run(["snakemake", "--detailed-summary", "--forceall", "-q"], repo).stdout
+    jobs: dict[str, dict] = {}
+    for row in csv.DictReader(io.StringIO(out[out.index("output_file"):]), delimiter="\t"):
+        job = jobs.setdefault(row["shellcmd"], {"rule": row["rule"], "inputs": set(), "outputs": set()})
+        job["outputs"].add(row["output_file"])
+        job["inputs"] |= set(filter(None, row["input-file(s)"].split(",")))
+    return jobs
+
+
+def dvc_stages(repo: Path) -> dict[str, dict]:
+    """DVC's stages (foreach expanded), by command: name, deps, outs, params keys."""
+    code = (
+        "import json; from dvc.repo import Repo; r = Repo('.');"
+        "print(json.dumps({s.cmd: {'name': s.addressing, "
+        "'deps': [d.def_path for d in s.deps if not hasattr(d, 'params')], "
+        "'params': [p for d in s.deps if hasattr(d, 'params') for p in d.params], "
+        "'outs': [o.def_path for o in s.outs]} for s in r.index.stages}))"
+    )
+    return json.loads(run(["python", "-c", code], repo).stdout)
+
+
+def test_snakemake_and_dvc_dags_agree(repo_copy: Path):
+    jobs, stages = snakemake_jobs(repo_copy), dvc_stages(repo_copy)
+    assert set(jobs) == set(stages), "the two front ends run different commands"
+    for cmd, job in jobs.items():
+        stage = stages[cmd]
+        assert job["rule"] == stage["name"].split("@")[0].replace("-", "_")
+        assert job["outputs"] == set(stage["outs"]), cmd
+        # DVC depends on a directory where Snakemake lists the files it collects in it
+        for dep in job["inputs"]:
+            assert dep in stage["deps"] or any(dep.startswith(d + "/") for d in stage["deps"]), (cmd, dep)
+        for dep in stage["deps"]:
+            assert dep in job["inputs"] or any(i.startswith(dep + "/") for i in job["inputs"]), (cmd, dep)
+
+
+def test_snakemake_lint_is_clean(repo_copy: Path):
+    proc = run(["snakemake", "--lint"], repo_copy, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Lints for" not in proc.stdout + proc.stderr
+
+
+def test_dvc_yaml_is_generated_from_the_registry(repo_copy: Path):
+    run(["taskgeom", "dvc-yaml", "--check"], repo_copy)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory) -> Path:
+    """The smoke DAG, run once by Snakemake."""
+    repo = copy_repo(tmp_path_factory.mktemp("smoke") / "repo")
+    run(["snakemake", "--cores", "2"], repo)
+    return repo
+
+
+def test_snakemake_run_leaves_the_tables_and_nothing_to_do(smoke: Path):
+    for rel in (*TABLES, "results/zoo_table.md", "results/figures/world_samples.png"):
+        assert (smoke / rel).is_file(), rel
+    report = (smoke / "results/REPORT.md").read_text()
+    assert "## Tiny model zoo" in report and "world_samples.png" in report
+    dry = run(["snakemake", "-n"], smoke)
+    assert "Nothing to be done" in dry.stdout + dry.stderr
+    for rel in ("logs/fetch.log", "logs/zoo/tiny-cls.log", "logs/benchmarks/zoo/tiny-cls.tsv"):
+        assert (smoke / rel).is_file(), rel
+
+
+def test_dvc_repro_reproduces_snakemake_byte_for_byte_and_is_clean(smoke: Path):
+    before = {rel: (smoke / rel).read_bytes() for rel in TABLES}
+    weights = (smoke / "data/zoo/tiny-dpt/model.safetensors").read_bytes()
+    run(["dvc", "repro"], smoke)
+    for rel, content in before.items():
+        assert (smoke / rel).read_bytes() == content, f"{rel} differs between two runs with the same seeds"
+    assert (smoke / "data/zoo/tiny-dpt/model.safetensors").read_bytes() == weights
+    status = run(["dvc", "status", "--json"], smoke)
+    assert json.loads(status.stdout) == {}
+
+
+PERTURB = {  # one change under each params key a stage declares, and the stages it must rerun
+    "world": (lambda p: p["world"].update(seed=p["world"]["seed"] + 1), None),
+    "real": (lambda p: p["real"].update(imagenet_val="/nonexistent"), None),
+    "zoo.tiny-cls": (lambda p: p["zoo"]["tiny-cls"].update(lr=p["zoo"]["tiny-cls"]["lr"] * 2),
+                     {"zoo@tiny-cls", "zoo-table", "report"}),
+    "zoo.tiny-mv": (lambda p: p["zoo"]["tiny-mv"].update(steps=p["zoo"]["tiny-mv"]["steps"] + 1),
+                    {"zoo@tiny-mv", "zoo-table", "report"}),
+    "device": (lambda p: p.update(device="cpu"), {"zoo@tiny-cls", "zoo@tiny-dpt", "zoo@tiny-mv", "zoo-table",
+                                                  "report"}),
+    "profile": (lambda p: p.update(profile="default"), {"report"}),
+}
+
+
+def stages_to_rerun(repo: Path) -> tuple[set[str], set[str]]:
+    """(DVC's, Snakemake's) stages that a rerun would execute, in DVC's naming."""
+    dvc = set(json.loads(run(["dvc", "status", "--json"], repo).stdout))
+    dvc = {s.split(":")[-1] for s in dvc}
+    dry = run(["snakemake", "-n", "--quiet", "rules"], repo).stdout
+    smk: set[str] = set()
+    for line in dry.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "all"):
+            smk.add(parts[0].replace("_", "-"))
+    return dvc, smk
+
+
+def test_each_parameter_reruns_the_same_stages_in_both_front_ends(smoke: Path):
+    params_path = smoke / "params.yaml"
+    original = params_path.read_text()
+    try:
+        for key, (mutate, expected) in PERTURB.items():
+            params = yaml.safe_load(original)
+            mutate(params)
+            params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+            dvc, smk = stages_to_rerun(smoke)
+            everything = {"fetch", "zoo@tiny-cls", "zoo@tiny-dpt", "zoo@tiny-mv", "zoo-table", "report"}
+            assert dvc == (expected or everything), key
+            assert smk == {s.split("@")[0] for s in dvc}, key
+    finally:
+        params_path.write_text(original)
+
+
+def test_changing_one_model_reruns_only_it_and_its_dependents(smoke: Path):
+    params_path = smoke / "params.yaml"
+    original = params_path.read_text()
+    stamp = {p: p.stat().st_mtime_ns for p in [smoke / "data/world/train.h5", smoke / "results/zoo/tiny-dpt.json"]}
+    params = yaml.safe_load(original)
+    params["zoo"]["tiny-cls"]["steps"] += 2
+    params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        out = run(["dvc", "repro"], smoke).stdout
+        assert "Running stage 'zoo@tiny-cls'" in out and "Running stage 'fetch'" not in out
+        assert all(p.stat().st_mtime_ns == t for p, t in stamp.items())
+        assert json.loads(run(["dvc", "status", "--json"], smoke).stdout) == {}
+    finally:
+        params_path.write_text(original)
+        run(["dvc", "repro"], smoke)
+
+
+def test_invalid_params_fail_before_any_work_and_keep_outputs(smoke: Path):
+    params_path = smoke / "params.yaml"
+    original = params_path.read_text()
+    snapshot = {p: p.read_bytes() for p in (smoke / "results").rglob("*") if p.is_file()}
+    try:
+        params_path.write_text(original.replace("  resolution: 64", "  resolution: 64\n  sede: 1"))
+        for cmd in (["snakemake", "--cores", "2", "--forceall"], ["dvc", "repro", "--force"],
+                    ["taskgeom", "fetch"]):
+            proc = run(cmd, smoke, check=False)
+            assert proc.returncode != 0, cmd
+            assert "world.sede" in proc.stdout + proc.stderr or "sede" in proc.stdout + proc.stderr, cmd
+        params_path.write_text(original.replace("lr: 0.002", "lr: -1.0", 1))
+        proc = run(["taskgeom", "zoo", "--model", "tiny-cls"], smoke, check=False)
+        assert proc.returncode == 2 and "zoo.tiny-cls.lr" in proc.stderr
+    finally:
+        params_path.write_text(original)
+    assert {p: p.read_bytes() for p in (smoke / "results").rglob("*") if p.is_file()} == snapshot
+
+
+def test_artifacts_round_trip_through_a_dvc_remote(smoke: Path, tmp_path: Path):
+    remote = tmp_path / "remote"
+    git = ["git", "-c", "user.email=ci@taskgeom", "-c", "user.name=taskgeom"]
+    run(["dvc", "remote", "add", "-d", "team", str(remote)], smoke)
+    run(["git", "add", "-A"], smoke)
+    run([*git, "commit", "-qm", "results"], smoke)
+    run(["dvc", "push"], smoke)
+    clone = tmp_path / "clone"
+    run(["git", "clone", "-q", str(smoke), str(clone)], tmp_path)
+    run(["dvc", "pull"], clone)
+    outs = [o for s in dvc_stages(smoke).values() for o in s["outs"]]
+    for rel in outs:
+        assert (clone / rel).read_bytes() == (smoke / rel).read_bytes(), rel
+    assert json.loads(run(["dvc", "status", "--json"], clone).stdout) == {}
+    dry = run(["snakemake", "-n"], clone)
+    assert "Nothing to be done" in dry.stdout + dry.stderr or "fetch" not in dry.stdout
+
+
+def kill_when(proc: subprocess.Popen, ready, timeout: float = 120) -> bool:
+    """SIGKILL ``proc`` once ``ready()`` holds; False if it finished first."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if ready():
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return True
+        time.sleep(0.05)
+    proc.wait()
+    return False
+
+
+def test_killed_stages_leave_no_half_written_file_and_resume_to_the_same_result(repo_copy: Path, tmp_path: Path):
+    params = yaml.safe_load((repo_copy / "params.yaml").read_text())
+    params["world"]["splits"]["train"] = 600
+    params["world"]["chunk"] = 8
+    params["zoo"]["tiny-dpt"]["steps"] = 250
+    (repo_copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    reference = tmp_path / "reference"
+    shutil.copytree(repo_copy, reference)
+    run(["taskgeom", "fetch"], reference)
+    run(["taskgeom", "zoo", "--model", "tiny-dpt"], reference)
+
+    partial = repo_copy / "data/world/.partial/train.h5"
+    fetch = subprocess.Popen(["taskgeom", "fetch"], cwd=repo_copy, env=tool_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert kill_when(fetch, lambda: partial.exists() and partial.stat().st_size > 200_000)
+    assert not (repo_copy / "data/world/train.h5").exists()
+    log = run(["taskgeom", "fetch"], repo_copy).stderr
+    assert "train: resuming at scene" in log
+    for split in ("train", "test", "mv_train"):
+        with h5py.File(reference / f"data/world/{split}.h5") as a, h5py.File(repo_copy / f"data/world/{split}.h5") as b:
+            np.testing.assert_array_equal(a["r64/rgb"][:], b["r64/rgb"][:])
+            np.testing.assert_array_equal(a["r64/depth"][:], b["r64/depth"][:])
+        assert (reference / f"data/world/{split}.h5").read_bytes() == (repo_copy / f"data/world/{split}.h5").read_bytes()
+
+    state = repo_copy / "data/zoo/tiny-dpt/.partial/train_state.safetensors"
+    zoo = subprocess.Popen(["taskgeom", "zoo", "--model", "tiny-dpt"], cwd=repo_copy, env=tool_env(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert kill_when(zoo, state.exists)
+    assert not (repo_copy / "data/zoo/tiny-dpt/model.safetensors").exists()
+    log = run(["taskgeom", "zoo", "--model", "tiny-dpt"], repo_copy).stderr
+    assert "resuming at step" in log
+    for rel in ("data/zoo/tiny-dpt/model.safetensors", "results/zoo/tiny-dpt.json", "results/zoo/tiny-dpt_curve.csv"):
+        assert (reference / rel).read_bytes() == (repo_copy / rel).read_bytes(), rel
