@@ -1,7 +1,11 @@
 # taskgeom pipeline. `snakemake -c2` regenerates every result of params.yaml's profile.
 # The rules are drawn from the stage registry in src/taskgeom/stages.py, the same
 # table dvc.yaml is generated from, so both front ends run the same commands.
+import sys
+
 from snakemake.utils import min_version, validate
+
+sys.path.insert(0, f"{workflow.basedir}/src")  # this checkout's registry, whatever is installed
 
 from taskgeom import config as taskgeom_config
 from taskgeom.dag import snakemake_rule, snakemake_targets

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import __version__, config
 from .data.hdf5 import StoreError
-from .stages import STAGES, Collect, Stage, fill
+from .stages import PARAMS_OK, STAGES, Collect, Stage, fill
 
 PROFILES_DIR = Path("params")
 
@@ -23,6 +23,8 @@ PROFILES_DIR = Path("params")
 def resolve(stage: Stage, params: dict, value: str | None) -> tuple[dict, dict]:
     inputs: dict = {}
     for name, dep in stage.deps.items():
+        if dep == PARAMS_OK:  # an ordering guard for DVC; the CLI validates params itself
+            continue
         if isinstance(dep, Collect):
             inputs[name] = [Path(dep.template.replace("{item}", v)) for v in config.get(params, dep.over)]
         else:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import yaml
 
 from . import config
-from .stages import STAGES, Collect, Stage
+from .stages import PARAMS_OK, STAGES, Collect, Stage
 
 DVC_HEADER = "# Generated from src/taskgeom/stages.py by `taskgeom dvc-yaml`; do not edit by hand.\n"
 
@@ -20,12 +20,10 @@ def dvc_path(template: str, stage: Stage) -> str:
 
 def dvc_stage(stage: Stage) -> dict:
     deps = [d.directory if isinstance(d, Collect) else dvc_path(d, stage) for d in stage.deps.values()]
-    body = {
-        "cmd": stage.command("${item}") if stage.wildcard else stage.command(),
-        "deps": deps + list(stage.code),
-        "params": [dvc_path(k, stage) for k in stage.params],
-        "outs": [dvc_path(p, stage) for p in stage.outs.values()],
-    }
+    body = {"cmd": stage.command("${item}") if stage.wildcard else stage.command(), "deps": deps + list(stage.code)}
+    if stage.params:
+        body["params"] = [dvc_path(k, stage) for k in stage.params]
+    body["outs"] = [dvc_path(p, stage) for p in stage.outs.values()]
     return {"foreach": f"${{{stage.foreach}}}", "do": body} if stage.foreach else body
 
 
@@ -56,6 +54,8 @@ def snakemake_rule(name: str, params: dict) -> SnakemakeRule:
     for key, dep in s.deps.items():
         if isinstance(dep, Collect):
             inputs[key] = [dep.template.replace("{item}", v) for v in config.get(params, dep.over)]
+        elif dep == PARAMS_OK:  # DVC's stand-in for the Snakefile's validate(config)
+            continue
         else:
             inputs[key] = dep
     inputs["code"] = list(s.code)

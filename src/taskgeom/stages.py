@@ -3,9 +3,14 @@
 Each stage is one ``taskgeom STAGE`` subcommand. Its named inputs, outputs and
 parameter keys are declared here once; ``dvc.yaml`` is generated from this table
 (``taskgeom dvc-yaml``) and the Snakemake rules in ``rules/*.smk`` read it through
-``taskgeom.snakemake``. Paths are templates over the stage's wildcard, written
+``taskgeom.dag``. Paths are templates over the stage's wildcard, written
 ``{model}``; a ``Collect`` input gathers one file per value of a parameter list
 (Snakemake expands it; DVC depends on the directory that holds them).
+
+In DVC every stage depends on ``check-params``, whose output never changes while
+params.yaml is valid: an invalid params.yaml stops DVC there, before any stage deletes
+its outputs to rerun. It is DVC's counterpart of the Snakefile's ``validate(config)``,
+which stops Snakemake before it builds its DAG, so Snakemake has no such rule.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class Stage:
     mem_mb: int = 2000
     runtime: int = 10                    # minutes, for cluster schedulers
     gpu: bool = False                    # benefits from a GPU (device: auto uses one)
+    dvc_only: bool = False               # a stage only DVC needs (see check-params)
 
     @property
     def log(self) -> str:
@@ -67,11 +73,23 @@ WORLD_FILES = {
     "mv_test": "data/world/mv_test.h5",
 }
 
+PARAMS_OK = "data/params.ok"
+
 STAGES: tuple[Stage, ...] = (
+    Stage(
+        name="check-params",
+        runner="taskgeom.config:run_check",
+        help="Validate params.yaml against the schema before anything else runs (every stage depends on it).",
+        deps={"params": "params.yaml", "schema": f"{PKG}/params.schema.yaml"},
+        outs={"ok": PARAMS_OK},
+        code=(f"{PKG}/config.py",),
+        dvc_only=True,
+    ),
     Stage(
         name="fetch",
         runner="taskgeom.data.fetch:run",
         help="Render the synthetic RGB-D world (or index the real data sets) into HDF5, with a summary and a figure.",
+        deps={"params_ok": PARAMS_OK},
         outs={
             **WORLD_FILES,
             "summary_csv": "results/data/summary.csv",
@@ -88,7 +106,7 @@ STAGES: tuple[Stage, ...] = (
         name="zoo",
         runner="taskgeom.models.train:run",
         help="Train one tiny zoo model on the synthetic world and evaluate it on the held-out split.",
-        deps={k: v for k, v in WORLD_FILES.items() if k != "val"},
+        deps={"params_ok": PARAMS_OK, **{k: v for k, v in WORLD_FILES.items() if k != "val"}},
         outs={
             "weights": "data/zoo/{model}/model.safetensors",
             "config": "data/zoo/{model}/config.json",
@@ -110,7 +128,7 @@ STAGES: tuple[Stage, ...] = (
         name="zoo-table",
         runner="taskgeom.report.zoo_table:run",
         help="Tabulate every zoo model's held-out metrics against its trivial baseline.",
-        deps={"metrics": Collect("results/zoo/{item}.json", over="zoo.models")},
+        deps={"params_ok": PARAMS_OK, "metrics": Collect("results/zoo/{item}.json", over="zoo.models")},
         outs={"csv": "results/zoo_table.csv", "md": "results/zoo_table.md", "tex": "results/zoo_table.tex"},
         params=("zoo.models",),
         code=(f"{PKG}/report/zoo_table.py", f"{PKG}/report/tables.py"),
@@ -120,6 +138,7 @@ STAGES: tuple[Stage, ...] = (
         runner="taskgeom.report.report:run",
         help="Assemble every table that exists into results/REPORT.md, beside the paper's figures.",
         deps={
+            "params_ok": PARAMS_OK,
             "zoo_table": "results/zoo_table.csv",
             "data_summary": "results/data/summary.csv",
             "paper_numbers": "references/paper_numbers.yaml",
@@ -146,11 +165,13 @@ def fill(template: str, stage_: Stage, value: str | None) -> str:
 
 
 def final_outputs(params: dict) -> list[str]:
-    """Every output of every stage, wildcards expanded from ``params`` (Snakemake's `all`)."""
+    """Every output of every Snakemake stage, wildcards expanded from ``params`` (its `all`)."""
     from .config import get
 
     paths = []
     for s in STAGES:
+        if s.dvc_only:
+            continue
         values = get(params, s.foreach) if s.foreach else [None]
         for v in values:
             paths += [fill(p, s, v) for p in s.outs.values()]

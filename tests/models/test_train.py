@@ -32,7 +32,8 @@ def world(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("world")
     outputs = {k: root / Path(v).name for k, v in WORLD_FILES.items()}
     outputs |= {k: root / k for k in ("summary_csv", "summary_md", "figure_png", "figure_pdf")}
-    fetch.run(StageContext("fetch", {}, outputs, {"world": WORLD}))
+    real = {"imagenet_val": None, "imagenet_sketch": None, "nyu_depth_v2": None}
+    fetch.run(StageContext("fetch", {}, outputs, {"world": WORLD, "real": real}))
     return outputs
 
 

@@ -55,7 +55,7 @@ class WorldSpec:
 
     num_objects: tuple[int, int] = (3, 6)
     fov_deg: tuple[float, float] = (45.0, 70.0)
-    camera_distance: tuple[float, float] = (2.5, 4.5)
+    camera_distance: tuple[float, float] = (4.0, 8.0)
     camera_height: tuple[float, float] = (1.0, 4.0)
     max_depth: float = 50.0
 
@@ -506,7 +506,7 @@ def sample_scene(seed: int, index: int, spec: WorldSpec = WorldSpec()) -> Scene:
     n = int(rng.integers(spec.num_objects[0], spec.num_objects[1] + 1))
     label = int(rng.integers(len(CLASS_NAMES)))
     main = _sample_primitive(rng, SHAPES[label // len(PATTERNS)], PATTERNS[label % len(PATTERNS)],
-                             rng.uniform(0.6, 1.0), tuple(rng.uniform(-0.2, 0.2, 2)))
+                             rng.uniform(1.0, 1.6), tuple(rng.uniform(-0.2, 0.2, 2)))
     objects = [main]
     start = rng.uniform(0, 2 * np.pi)
     for j in range(n - 1):
@@ -546,10 +546,14 @@ def sample_cameras(scene: Scene, seed: int, index: int, views: int, spec: WorldS
         distance, height = rng.uniform(*spec.camera_distance), rng.uniform(*spec.camera_height)
         fov = rng.uniform(*spec.fov_deg)
         jitter = rng.normal(0.0, 0.1, 3)
-        azimuth = rng.uniform(0, 2 * np.pi, 8)
+        # Later views stay within ±60° of the first view's azimuth, so views overlap
+        # (as in multi-view reconstruction data) and their relative pose is learnable.
+        azimuth = rng.uniform(0, 2 * np.pi, 8) if v == 0 else first + rng.uniform(-np.pi / 3, np.pi / 3, 8)
         eyes = target[[0, 2]] + distance * np.stack([np.cos(azimuth), np.sin(azimuth)], -1)  # (8, 2)
         clearance = _segment_clearance(eyes, target[[0, 2]], centers, radii)
         best = int(np.argmax(clearance >= 0)) if (clearance >= 0).any() else int(np.argmax(clearance))
+        if v == 0:
+            first = azimuth[best]
         eye = np.array([eyes[best, 0], height, eyes[best, 1]])
         cameras.append(look_at(eye, target + jitter, fov))
     return cameras
