@@ -8,7 +8,8 @@ from snakemake.utils import min_version, validate
 sys.path.insert(0, f"{workflow.basedir}/src")  # this checkout's registry, whatever is installed
 
 from taskgeom import config as taskgeom_config
-from taskgeom.dag import snakemake_rule, snakemake_targets
+from taskgeom.dag import snakemake_rule
+from taskgeom.stages import final_outputs
 
 min_version("9.0")
 
@@ -27,7 +28,7 @@ wildcard_constraints:
 rule all:
     default_target: True
     input:
-        snakemake_targets(config),
+        final_outputs(config),
 
 
 include: "rules/data.smk"

@@ -71,9 +71,3 @@ def snakemake_rule(name: str, params: dict) -> SnakemakeRule:
         resources["gpu"] = 1
     command = s.command(f"{{wildcards.{s.wildcard}}}", "{log}") if s.wildcard else s.command(log="{log}")
     return SnakemakeRule(inputs, dict(s.outs), {"values": values}, s.log, s.benchmark, s.threads, resources, command)
-
-
-def snakemake_targets(params: dict) -> list[str]:
-    from .stages import final_outputs
-
-    return final_outputs(params)
