@@ -1,0 +1,153 @@
+"""Effective rank of J by stochastic Lanczos quadrature (SLQ) on g = JᵀJ.
+
+DESIGN.md, "Definitions": erank = exp(−Σ p_i log p_i), p_i = σ_i² / ‖J‖_F². With λ_i = σ_i²
+and T = tr g = Σ λ_i,  −Σ p_i log p_i = log T − tr(g log g) / T,  so erank needs two traces of
+functions of g: tr g and tr φ(g), φ(x) = x log x (φ(0) = 0: zero eigenvalues drop out).
+
+Ubaru, Chen & Saad (2017), "Fast estimation of tr(f(A)) via stochastic Lanczos quadrature":
+zᵀ φ(g) z ≈ ‖z‖² Σ_k τ_k² φ(θ_k), θ_k the eigenvalues of the Lanczos tridiagonal T_s started at
+z/‖z‖ and τ_k the first components of its eigenvectors (Gauss quadrature; exact for φ(x) = x,
+so the same runs also give Hutchinson's estimate of tr g).
+
+Deflation (as in Hutch++, Meyer et al. 2021): given an orthonormal basis Q (the power-iteration
+sketch) with J Q known, the top part is taken exactly from the Ritz values of J on Q and SLQ only
+runs on P g P, P = I − QQᵀ, with starts P z. When Q is (nearly) invariant — the dominant
+directions — tr φ(g) ≈ Σ_i φ(ritz_i²) + tr φ(P g P), and the stochastic part only sees the flat
+tail, where its variance is small.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .operator import JacobianOperator
+from .trace import rademacher
+
+
+@dataclass
+class Quadrature:
+    """Gauss quadrature rules of ``num_probes`` Lanczos runs: nodes (m, s) ≥ 0 and weights
+    (m, s) with Σ_k weights[j, k] φ(nodes[j, k]) ≈ z_jᵀ P φ(g) P z_j. Weights include ‖P z_j‖²,
+    so weights.sum(1).mean() estimates tr P (the number of eigenvalues the tail holds)."""
+
+    nodes: Tensor
+    weights: Tensor
+    products: int
+
+    def trace(self, phi) -> float:
+        """(1/m) Σ_j Σ_k w_jk φ(θ_jk): the SLQ estimate of tr(P φ(g) P)."""
+        return float((self.weights * phi(self.nodes)).sum(1).mean())
+
+
+def xlogx(x: Tensor) -> Tensor:
+    """φ(x) = x log x with φ(0) = 0 (the p log p → 0 limit of the entropy)."""
+    return torch.where(x > 0, x * torch.log(torch.where(x > 0, x, torch.ones_like(x))), torch.zeros_like(x))
+
+
+def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: Tensor | None = None,
+                       scale: float | None = None) -> Quadrature:
+    """Block of independent Lanczos runs on P g P (P = I − QQᵀ, or I without ``basis``).
+
+    starts (N·D, m) -> Quadrature with s ≤ ``steps`` nodes per run. All m runs advance together,
+    so each step is one block of m JVPs and one block of m VJPs; products = 2·m·(steps taken).
+    Full re-orthogonalisation (s is small) keeps the quadrature honest in floating point.
+    A run whose Krylov space closes (β ≈ 0, e.g. a rank-deficient tail) continues as zeros, which
+    adds nodes of weight 0; the loop stops early once every run has closed.
+    """
+    start_products = op.products
+
+    def project(X: Tensor) -> Tensor:
+        return X if basis is None else X - basis @ (basis.T @ X)
+
+    Z = project(starts)
+    norms = Z.norm(dim=0)                                     # (m,)
+    v = Z / torch.where(norms > 0, norms, torch.ones_like(norms))
+    basis_runs = [v]                                          # Lanczos vectors, each (N·D, m)
+    alphas: list[Tensor] = []
+    betas: list[Tensor] = []
+    v_prev, beta_prev = torch.zeros_like(v), torch.zeros_like(norms)
+    closed = norms == 0
+    tiny = 1e-12 * (scale if scale else 1.0)
+    for step in range(steps):
+        w = project(op.gram_mm(v))
+        alpha = (w * v).sum(0)
+        w = w - alpha * v - beta_prev * v_prev
+        stack = torch.stack(basis_runs)                       # (s, N·D, m)
+        for _ in range(2):                                    # twice is enough (Kahan–Parlett)
+            w = w - torch.einsum("snm,sm->nm", stack, torch.einsum("snm,nm->sm", stack, w))
+            w = project(w)
+        alphas.append(alpha)
+        if step == steps - 1:
+            break
+        beta = w.norm(dim=0)
+        if scale is None:
+            tiny = 1e-12 * max(float(torch.stack(alphas).abs().max()), 1e-300)
+        closed = closed | (beta <= tiny)
+        beta = torch.where(closed, torch.zeros_like(beta), beta)
+        v_prev, beta_prev = v, beta
+        v = torch.where(closed, torch.zeros_like(w), w / torch.where(closed, torch.ones_like(beta), beta))
+        betas.append(beta)
+        if bool(closed.all()):
+            break
+        basis_runs.append(v)
+    s = len(alphas)
+    T = torch.diag_embed(torch.stack(alphas, 1))              # (m, s, s)
+    if s > 1:
+        off = torch.stack(betas[: s - 1], 1)                  # (m, s-1)
+        T = T + torch.diag_embed(off, 1) + torch.diag_embed(off, -1)
+    theta, S = torch.linalg.eigh(T)
+    weights = S[:, 0, :].pow(2) * norms.pow(2)[:, None]       # τ_k² ‖P z‖²
+    return Quadrature(nodes=theta.clamp_min(0), weights=weights, products=op.products - start_products)
+
+
+@dataclass
+class SLQResult:
+    """erank = exp(entropy); frob2 = tr g; top: the exact eigenvalues taken from the basis (k,);
+    tail: the quadrature of the deflated residual (None when nothing was left to estimate)."""
+
+    erank: float
+    entropy: float
+    frob2: float
+    top: Tensor
+    tail: Quadrature | None
+    products: int
+
+
+def entropy_from_traces(trace_g: float, trace_glogg: float) -> float:
+    """−Σ p_i log p_i with p_i = λ_i / T, from T = tr g and tr(g log g): log T − tr(g log g)/T."""
+    if trace_g <= 0:
+        return 0.0
+    return math.log(trace_g) - trace_glogg / trace_g
+
+
+def slq_erank(op: JacobianOperator, num_probes: int, steps: int = 10, seed: int = 0,
+              basis: Tensor | None = None, J_basis: Tensor | None = None) -> SLQResult:
+    """Effective rank of J by SLQ on g = JᵀJ (Ubaru, Chen & Saad 2017), optionally deflated.
+
+    num_probes Rademacher starts, ``steps`` Lanczos steps each: 2·num_probes·steps products.
+    With ``basis`` Q (N·D, k) orthonormal, the top k eigenvalues of QᵀgQ come from J Q — pass
+    ``J_basis`` to reuse a sketch's products, else k JVPs — and SLQ runs on P g P (see the module
+    docstring). Both tr g and tr(g log g) come from the same runs, so errors in the normaliser and
+    in the entropy sum are correlated and partly cancel in the ratio.
+    """
+    start = op.products
+    if basis is not None:
+        JQ = op.mm(basis) if J_basis is None else J_basis
+        top = torch.linalg.svdvals(JQ).pow(2)
+    else:
+        top = torch.zeros(0, dtype=op.dtype, device=op.device)
+    tail = None
+    trace_g, trace_glogg = float(top.sum()), float(xlogx(top).sum())
+    if num_probes > 0 and steps > 0 and (basis is None or basis.shape[1] < op.in_dim):
+        Z = rademacher(op.in_dim, num_probes, seed, op.dtype, op.device)
+        scale = float(top[0]) if top.numel() else None
+        tail = lanczos_quadrature(op, Z, steps, basis, scale)
+        trace_g += tail.trace(lambda x: x)
+        trace_glogg += tail.trace(xlogx)
+    H = entropy_from_traces(trace_g, trace_glogg)
+    return SLQResult(erank=math.exp(H), entropy=H, frob2=trace_g, top=top, tail=tail,
+                     products=op.products - start)

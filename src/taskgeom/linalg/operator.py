@@ -1,0 +1,117 @@
+"""The Jacobian operator J = ∂f/∂F of a probe map at one point F, applied to blocks of vectors.
+
+DESIGN.md, "Core objects": J = ∂y/∂F is applied to blocks — J·V by batched JVPs, Jᵀ·U by
+batched VJPs (torch.func with vmap) — and is never formed. g = JᵀJ is the pullback metric
+("Definitions"). Every column of a block counts as one product, so estimators can report
+exactly what they spent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+from torch.func import jvp, linearize, vjp, vmap
+
+
+class JacobianOperator:
+    """J = ∂f/∂F at F, for f: (N, D) -> (M,). Shapes and dtype come from F and f(F).
+
+    ``matvec``  V (k, N, D) -> J V  (k, M)       k JVPs, one vmapped call
+    ``rmatvec`` U (k, M)    -> Jᵀ U (k, N, D)    k VJPs, one vmapped call of a single pullback
+
+    The pullback is built once here (one ``torch.func.vjp``), so VJP blocks never re-run the
+    forward. The JVP side reuses one jvp function under vmap (f is traced once per block, not
+    per product); ``linearize=True`` instead traces the linearised map once with
+    ``torch.func.linearize`` (a few seconds up front on a ViT, worth it for long runs).
+    """
+
+    def __init__(self, f: Callable[[Tensor], Tensor], F: Tensor, linearize: bool = False):
+        self.f = f
+        self.F = F.detach()
+        if linearize:
+            y, self._jvp_one = _linearized(f, self.F)
+        else:
+            y = None
+            Fp = self.F
+            self._jvp_one = lambda v: jvp(f, (Fp,), (v,))[1]
+        y_vjp, self._pullback = vjp(f, self.F)
+        self.y = (y if y is not None else y_vjp).detach()
+        self._jvp_block = vmap(self._jvp_one)
+        self._vjp_block = vmap(lambda u: self._pullback(u)[0])
+        self.jvps = 0
+        self.vjps = 0
+
+    # -- shapes -------------------------------------------------------------------------
+    @property
+    def in_shape(self) -> tuple[int, int]:
+        """(N, D), the shape of F."""
+        return tuple(self.F.shape)  # type: ignore[return-value]
+
+    @property
+    def in_dim(self) -> int:
+        """N·D, the number of columns of J."""
+        return self.F.numel()
+
+    @property
+    def out_dim(self) -> int:
+        """M, the number of rows of J."""
+        return self.y.numel()
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.F.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.F.device
+
+    @property
+    def products(self) -> int:
+        """JVPs + VJPs used so far (each column of a block counts once)."""
+        return self.jvps + self.vjps
+
+    # -- products -----------------------------------------------------------------------
+    def matvec(self, V: Tensor) -> Tensor:
+        """V (k, N, D) -> J V (k, M): k batched JVPs."""
+        V = V.to(dtype=self.dtype, device=self.device)
+        if V.shape[1:] != self.F.shape:
+            raise ValueError(f"matvec expects (k, {tuple(self.F.shape)}), got {tuple(V.shape)}")
+        self.jvps += V.shape[0]
+        if V.shape[0] == 0:
+            return V.new_zeros(0, self.out_dim)
+        return self._jvp_block(V).reshape(V.shape[0], self.out_dim)
+
+    def rmatvec(self, U: Tensor) -> Tensor:
+        """U (k, M) -> Jᵀ U (k, N, D): k batched VJPs through one pullback."""
+        U = U.to(dtype=self.dtype, device=self.device)
+        if U.ndim != 2 or U.shape[1] != self.out_dim:
+            raise ValueError(f"rmatvec expects (k, {self.out_dim}), got {tuple(U.shape)}")
+        self.vjps += U.shape[0]
+        if U.shape[0] == 0:
+            return U.new_zeros(0, *self.F.shape)
+        return self._vjp_block(U.reshape(U.shape[0], *self.y.shape))
+
+    # Flat views used by the estimators: columns of matrices in R^{N·D} and R^M.
+    def mm(self, X: Tensor) -> Tensor:
+        """X (N·D, k) -> J X (M, k)."""
+        return self.matvec(X.T.reshape(X.shape[1], *self.F.shape)).T
+
+    def rmm(self, Y: Tensor) -> Tensor:
+        """Y (M, k) -> Jᵀ Y (N·D, k)."""
+        return self.rmatvec(Y.T).reshape(Y.shape[1], self.in_dim).T
+
+    def gram_mm(self, X: Tensor) -> Tensor:
+        """X (N·D, k) -> g X = Jᵀ J X (N·D, k): k JVPs + k VJPs."""
+        return self.rmm(self.mm(X))
+
+
+def _linearized(f: Callable[[Tensor], Tensor], F: Tensor) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+    """One trace of the linearised map (torch.func.linearize); its jvp function vmaps."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # const-folding chatter from make_fx, not actionable
+        y, jvp_fn = linearize(f, F)
+    return y, jvp_fn

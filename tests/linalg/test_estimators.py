@@ -1,0 +1,195 @@
+"""Estimators (power iteration, Hutchinson / Hutch++, SLQ) against exact spectra in float64,
+on maps f(F) = A vec F with a planted spectrum A = U diag(s) Vᵀ."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from taskgeom.linalg import (JacobianOperator, adaptive_power_iters, cv, exact_spectrum, hutchinson, hutchpp,
+                             kappa_curve, lanczos_quadrature, r90, rademacher, randomized_svd, slq_erank,
+                             subspace_alignment, token_energy)
+
+DT = torch.float64
+M, N, D = 120, 15, 16
+
+
+def planted_map(s: torch.Tensor, seed: int = 0):
+    """f(F) = A vec F, A = U diag(s) Vᵀ (M × N·D) -> (f, F, exact σ descending, exact V)."""
+    g = torch.Generator().manual_seed(seed)
+    k = s.numel()
+    U = torch.linalg.qr(torch.randn(M, k, generator=g, dtype=DT)).Q
+    V = torch.linalg.qr(torch.randn(N * D, k, generator=g, dtype=DT)).Q
+    A = U @ torch.diag(s) @ V.T
+    F = torch.randn(N, D, generator=g, dtype=DT)
+    return (lambda X: A @ X.reshape(-1)), F
+
+
+I = torch.arange(1, M + 1, dtype=DT)
+FAST, SLOW = 0.7 ** I, I ** -0.5             # σ_i: geometric vs λ_i = σ_i² ∝ 1/i
+
+
+def exact(s):
+    f, F = planted_map(s)
+    sigma, V = exact_spectrum(f, F)
+    return f, F, sigma, V
+
+
+# -- randomized SVD --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("q", [0, 1, 2])
+def test_randomized_svd_counts_products_and_returns_orthonormal_modes(q):
+    f, F, sigma, V = exact(FAST)
+    op = JacobianOperator(f, F)
+    sk = randomized_svd(op, r=20, oversample=10, power_iters=q, seed=3)
+    assert sk.products == op.products == (2 * q + 2) * 30
+    assert (op.jvps, op.vjps) == ((q + 1) * 30, (q + 1) * 30)
+    assert sk.sigma.shape == (20,) and sk.V.shape == (N * D, 20) and sk.Q.shape == (N * D, 30)
+    torch.testing.assert_close(sk.Q.T @ sk.Q, torch.eye(30, dtype=DT), rtol=0, atol=1e-10)
+    torch.testing.assert_close(op.mm(sk.Q), sk.JQ, rtol=1e-9, atol=1e-12)  # JQ is exact
+    assert torch.all(sk.sigma[:-1] >= sk.sigma[1:])
+    if q == 2:  # fast decay: the leading σ are exact to high accuracy
+        torch.testing.assert_close(sk.sigma[:10], sigma[:10], rtol=1e-8, atol=0)
+
+
+def test_power_iterations_converge_to_the_exact_subspace():
+    f, F, sigma, V = exact(SLOW)
+    errors = [1 - subspace_alignment(V[:, :20], randomized_svd(JacobianOperator(f, F), 20, power_iters=q).V)
+              for q in (0, 1, 2, 5)]
+    assert errors[0] > errors[1] > errors[2] > errors[3]
+    assert errors[3] < 0.01
+
+
+def test_sketch_is_exact_when_it_spans_everything():
+    s = torch.cat([0.8 ** I[:8], torch.zeros(M - 8)])
+    f, F, sigma, V = exact(s)
+    small = lambda X: f(X)[:12]                           # M = 12 < r + oversample
+    op = JacobianOperator(small, F)
+    sk = randomized_svd(op, r=20)
+    assert sk.exact and sk.products == 12 and sk.sigma.shape == (12,)
+    torch.testing.assert_close(sk.sigma, exact_spectrum(small, F)[0], rtol=1e-10, atol=1e-12)
+
+
+def test_adaptive_power_iters_stops_when_the_subspace_settles():
+    f, F, _, _ = exact(FAST)
+    op = JacobianOperator(f, F)
+    fast = adaptive_power_iters(op, r=20, tol=1e-3, seed=0)
+    assert fast.products == op.products == (2 * fast.power_iters + 2) * 30
+    assert 1 - fast.alignments[-1] < 1e-3 and len(fast.alignments) == fast.power_iters
+    f, F, _, V = exact(SLOW)
+    slow = adaptive_power_iters(JacobianOperator(f, F), r=20, tol=1e-3, seed=0)
+    assert slow.power_iters > fast.power_iters
+    assert 1 - subspace_alignment(V[:, :20], slow.V) < 0.02
+    capped = adaptive_power_iters(JacobianOperator(f, F), r=20, tol=1e-12, max_iters=3)
+    assert capped.power_iters == 3
+
+
+# -- traces ----------------------------------------------------------------------------------
+
+def test_hutchinson_is_unbiased_and_counts_jvps():
+    f, F, sigma, _ = exact(SLOW)
+    op = JacobianOperator(f, F)
+    est = hutchinson(op, num_probes=400, seed=0)
+    truth = float(sigma.pow(2).sum())
+    assert est.products == op.jvps == 400 and op.vjps == 0
+    assert abs(est.estimate - truth) < 4 * est.stderr and abs(est.estimate / truth - 1) < 0.05
+
+
+def test_hutchpp_reuses_the_sketch_and_beats_hutchinson():
+    f, F, sigma, _ = exact(SLOW)
+    truth = float(sigma.pow(2).sum())
+    op = JacobianOperator(f, F)
+    sk = randomized_svd(op, 20, power_iters=2)
+    before = op.products
+    pp = hutchpp(op, sk.Q, num_probes=20, seed=1, J_basis=sk.JQ)
+    assert pp.products == op.products - before == 20            # the exact part was free
+    assert pp.exact_part == pytest.approx(float(sk.ritz.pow(2).sum()), rel=1e-12)
+    own = hutchpp(JacobianOperator(f, F), sk.Q, num_probes=20, seed=1)
+    assert own.products == 30 + 20 and own.estimate == pytest.approx(pp.estimate, rel=1e-10)
+    pp_err = [abs(hutchpp(op, sk.Q, 20, seed=s, J_basis=sk.JQ).estimate / truth - 1) for s in range(5)]
+    h_err = [abs(hutchinson(op, 20, seed=s).estimate / truth - 1) for s in range(5)]
+    assert sum(pp_err) < 0.5 * sum(h_err)
+    with_exact_basis = hutchpp(op, exact_spectrum(f, F)[1], num_probes=5, seed=0)
+    assert with_exact_basis.estimate == pytest.approx(truth, rel=1e-10)   # nothing left outside
+
+
+# -- SLQ -------------------------------------------------------------------------------------
+
+def exact_erank(sigma):
+    p = sigma.pow(2) / sigma.pow(2).sum()
+    p = p[p > 0]
+    return math.exp(-float((p * p.log()).sum()))
+
+
+def test_lanczos_quadrature_is_exact_for_the_trace_and_counts_products():
+    f, F, sigma, _ = exact(SLOW)
+    op = JacobianOperator(f, F)
+    Z = rademacher(N * D, 6, seed=0)
+    quad = lanczos_quadrature(op, Z, steps=7)
+    assert quad.products == 2 * 6 * 7 and quad.nodes.shape == (6, 7)
+    torch.testing.assert_close(quad.weights.sum(1), Z.pow(2).sum(0), rtol=1e-10, atol=0)   # ‖z‖²
+    JZ = op.mm(Z).pow(2).sum(0)
+    torch.testing.assert_close((quad.weights * quad.nodes).sum(1), JZ, rtol=1e-9, atol=0)   # zᵀ g z
+
+
+def test_plain_slq_erank_on_a_spread_spectrum():
+    """Without deflation SLQ is only as good as Hutchinson on φ(g): fine when the spectrum is spread."""
+    f, F, sigma, _ = exact(SLOW)
+    plain = slq_erank(JacobianOperator(f, F), num_probes=30, steps=15, seed=0)
+    assert plain.products == 2 * 30 * 15 and plain.top.numel() == 0
+    assert plain.erank == pytest.approx(exact_erank(sigma), rel=0.10)
+
+
+@pytest.mark.parametrize("spectrum", ["fast", "slow", "rank-deficient"])
+def test_deflated_slq_erank_matches_the_exact_effective_rank(spectrum):
+    s = {"fast": FAST, "slow": SLOW, "rank-deficient": torch.cat([0.9 ** I[:10], torch.zeros(M - 10, dtype=DT)])}[spectrum]
+    f, F, sigma, _ = exact(s)
+    truth = exact_erank(sigma)
+    op = JacobianOperator(f, F)
+    sk = randomized_svd(op, 20, power_iters=2)
+    before = op.products
+    deflated = slq_erank(op, num_probes=10, steps=5, seed=0, basis=sk.Q, J_basis=sk.JQ)
+    assert deflated.products == op.products - before <= 2 * 10 * 5
+    assert deflated.erank == pytest.approx(truth, rel=0.05)
+    assert deflated.frob2 == pytest.approx(float(sigma.pow(2).sum()), rel=0.03)
+    # plain SLQ with the same kind of budget is far worse when a few directions dominate
+    if spectrum == "fast":
+        plain = slq_erank(JacobianOperator(f, F), num_probes=10, steps=5, seed=0)
+        assert abs(plain.erank / truth - 1) > 5 * abs(deflated.erank / truth - 1)
+
+
+def test_slq_stops_when_the_krylov_space_closes():
+    s = torch.cat([torch.ones(3, dtype=DT), torch.zeros(M - 3, dtype=DT)])   # g: eigenvalues 1 (×3), 0
+    f, F, sigma, _ = exact(s)
+    op = JacobianOperator(f, F)
+    res = slq_erank(op, num_probes=4, steps=10, seed=0)
+    assert res.products < 2 * 4 * 10                       # every run closed after 2 steps
+    nodes = res.tail.nodes[res.tail.weights > 1e-12]
+    assert torch.all((nodes - 1).abs().minimum(nodes.abs()) < 1e-8)   # quadrature nodes = {0, 1}
+    assert res.erank == pytest.approx(res.frob2, rel=1e-8)  # log 1 = 0, 0 log 0 = 0: erank = T̂
+    sk = randomized_svd(JacobianOperator(f, F), 3, oversample=2, power_iters=1)
+    exact_part = slq_erank(JacobianOperator(f, F), 4, 10, basis=sk.Q, J_basis=sk.JQ)
+    assert exact_part.erank == pytest.approx(3.0, rel=1e-8)  # zero tail: p log p → 0 handled
+
+
+# -- summaries -------------------------------------------------------------------------------
+
+def test_spectral_summaries_follow_the_definitions():
+    sigma = torch.tensor([3.0, 2.0, 1.0, 0.5], dtype=DT)
+    curve = kappa_curve(sigma, float(sigma.pow(2).sum()))
+    torch.testing.assert_close(curve, torch.tensor([9, 13, 14, 14.25], dtype=DT) / 14.25)
+    assert r90(curve) == 2 and r90(curve, 0.95) == 3 and r90(curve, 0.5) == 1 and r90(curve[:1]) is None
+    Nt, Dt = 4, 3
+    V = torch.linalg.qr(torch.randn(Nt * Dt, 4, dtype=DT)).Q
+    e = token_energy(sigma, V, Nt, Dt)
+    manual = torch.stack([sum(sigma[i] ** 2 * V.reshape(Nt, Dt, 4)[t, :, i].pow(2).sum() for i in range(4))
+                          for t in range(Nt)])
+    torch.testing.assert_close(e, manual)
+    assert e.sum() == pytest.approx(float(sigma.pow(2).sum()))   # orthonormal V: all energy lands
+    assert cv(e) == pytest.approx(float(e.std(unbiased=False) / e.mean()))
+    assert cv(torch.ones(5, dtype=DT)) == 0.0
+    assert subspace_alignment(V, V) == pytest.approx(1.0)
+    W = torch.linalg.qr(torch.randn(Nt * Dt, 8, dtype=DT)).Q
+    assert subspace_alignment(W[:, :4], W[:, 4:]) == pytest.approx(0.0, abs=1e-12)
