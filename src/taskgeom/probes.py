@@ -40,6 +40,7 @@ class ProbeMap:
     """Probe of ``host`` at ``layers`` through ``decoder``.
 
     ``layers=None`` probes the layers the decoder reads (the decoder-input probe).
+    The host is frozen in place (eval mode, no parameter gradients, math attention).
     ``output_metric``: an (M', M) matrix L, or a callable y -> L(y).
     """
 
