@@ -23,6 +23,7 @@ taskgeom_config.validate(config, "params.yaml")
 
 wildcard_constraints:
     model="[a-z0-9][a-z0-9-]*",
+    probe="[a-z0-9][a-z0-9-]*",
 
 
 rule all:
@@ -33,4 +34,5 @@ rule all:
 
 include: "rules/data.smk"
 include: "rules/zoo.smk"
+include: "rules/diagnose.smk"
 include: "rules/report.smk"

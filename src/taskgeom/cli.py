@@ -28,7 +28,7 @@ def resolve(stage: Stage, params: dict, value: str | None) -> tuple[dict, dict]:
         if isinstance(dep, Collect):
             inputs[name] = [Path(dep.template.replace("{item}", v)) for v in config.get(params, dep.over)]
         else:
-            inputs[name] = Path(fill(dep, stage, value))
+            inputs[name] = Path(fill(dep, stage, value, params))
     outputs = {name: Path(fill(p, stage, value)) for name, p in stage.outs.items()}
     return inputs, outputs
 

@@ -60,6 +60,19 @@ def cross_checks(params: dict) -> list[str]:
             problems.append(f"zoo.{name}.read_layers: {cfg['read_layers']} must be below depth {cfg['depth']}")
         if cfg["kind"] == "multiview" and cfg.get("read_layers") and sorted(cfg["read_layers"]) != cfg["read_layers"]:
             problems.append(f"zoo.{name}.read_layers: must be increasing")
+    decoders = {"cls": ("cls", "logits"), "dpt": ("depth",), "multiview": ("camera", "depth", "pointmap")}
+    for name, probe in params["diagnose"]["probes"].items():
+        key = f"diagnose.probes.{name}"
+        cfg = zoo.get(probe["model"])
+        if probe["model"] not in zoo["models"] or cfg is None:
+            problems.append(f"{key}.model: {probe['model']!r} is not a zoo model (zoo.models: {zoo['models']})")
+            continue
+        if cfg["kind"] != "pretrained" and probe["decoder"] not in decoders[cfg["kind"]]:
+            problems.append(f"{key}.decoder: a {cfg['kind']} model has decoders {list(decoders[cfg['kind']])}")
+        if cfg["kind"] != "pretrained" and any(i >= cfg["depth"] for i in probe["layers"] or ()):
+            problems.append(f"{key}.layers: {probe['layers']} must be below depth {cfg['depth']}")
+        if probe.get("output_metric") == "so3" and probe["decoder"] != "camera":
+            problems.append(f"{key}.output_metric: so3 applies to the camera decoder only")
     world = params["world"]
     for key in ("num_objects", "fov_deg"):
         lo, hi = world[key]

@@ -9,18 +9,25 @@ from dataclasses import dataclass
 import yaml
 
 from . import config
-from .stages import PARAMS_OK, STAGES, Collect, Stage
+from .stages import PARAMS_OK, STAGES, Collect, Stage, fill
 
 DVC_HEADER = "# Generated from src/taskgeom/stages.py by `taskgeom dvc-yaml`; do not edit by hand.\n"
 
 
 def dvc_path(template: str, stage: Stage) -> str:
-    return template.replace(f"{{{stage.wildcard}}}", "${item}") if stage.wildcard else template
+    """A registry template in DVC's foreach syntax: ``${item}`` over a list; ``${key}`` and
+    ``${item.field}`` over a mapping."""
+    if not stage.wildcard:
+        return template
+    if stage.keyed:
+        return template.replace(f"{{{stage.wildcard}.", "${item.").replace(f"{{{stage.wildcard}}}", "${key}")
+    return template.replace(f"{{{stage.wildcard}}}", "${item}")
 
 
 def dvc_stage(stage: Stage) -> dict:
-    deps = [d.directory if isinstance(d, Collect) else dvc_path(d, stage) for d in stage.deps.values()]
-    body = {"cmd": stage.command("${item}") if stage.wildcard else stage.command(), "deps": deps + list(stage.code)}
+    deps = list(dict.fromkeys(d.directory if isinstance(d, Collect) else dvc_path(d, stage) for d in stage.deps.values()))
+    name = "${key}" if stage.keyed else "${item}"
+    body = {"cmd": stage.command(name) if stage.wildcard else stage.command(), "deps": deps + list(stage.code)}
     if stage.params:
         body["params"] = [dvc_path(k, stage) for k in stage.params]
     body["outs"] = [dvc_path(p, stage) for p in stage.outs.values()]
@@ -56,6 +63,8 @@ def snakemake_rule(name: str, params: dict) -> SnakemakeRule:
             inputs[key] = [dep.template.replace("{item}", v) for v in config.get(params, dep.over)]
         elif dep == PARAMS_OK:  # DVC's stand-in for the Snakefile's validate(config)
             continue
+        elif s.keyed and f"{{{s.wildcard}." in dep:  # reads the item's settings: an input function
+            inputs[key] = lambda wildcards, dep=dep: fill(dep, s, getattr(wildcards, s.wildcard), params)
         else:
             inputs[key] = dep
     inputs["code"] = list(s.code)

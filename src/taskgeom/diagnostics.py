@@ -5,30 +5,30 @@ Definitions (DESIGN.md, "Definitions"): g = JᵀJ, tr g = ‖J‖_F², σ_i desc
 κ_cap(r) = Σ_{i≤r} σ_i² / ‖J‖_F²; erank = exp(−Σ p_i log p_i), p_i = σ_i² / ‖J‖_F²;
 r_0.90 = smallest r with κ_cap(r) ≥ 0.90; e_t = Σ_{i≤r} σ_i² ‖V_{t,i}‖²; CV = std_t(e)/mean_t(e).
 
-How ``diagnose`` spends its products (ℓ = r + oversample, q = power_iters, s = lanczos_steps):
+How ``diagnose`` spends its products (b = ``block``, default r; q = power_iters; s = lanczos_steps):
 
-1. Sketch — randomized block power iteration (Halko et al. 2011) on A = Jᵀ:
-   (2q + 2)·ℓ products, half JVPs, half VJPs. Gives σ_1..σ_r, the modes, the basis Q (ℓ columns)
-   and J Q exactly (its last pass).
-2. Residual — ``num_probes`` is the product budget of everything stochastic after the sketch:
-   m = max(1, num_probes // (2s)) Rademacher starts, each s Lanczos steps on P g P
-   (P = I − QQᵀ, the same sketch deflated): 2·m·s ≤ num_probes products. From those runs:
-   - ‖J‖_F² = ‖J Q‖_F² + (1/m) Σ_j ‖J P z_j‖² — Hutch++ (Meyer et al. 2021) with the sketch's
-     basis as its exact part (Gauss quadrature is exact for x, so the Lanczos runs yield exactly
-     Hutch++'s residual samples); κ_cap's numerator and denominator share one sketch.
-   - tr(g log g) = Σ_{i≤ℓ} φ(ritz_i²) + SLQ on P g P (Ubaru, Chen & Saad 2017) -> erank.
-Defaults (r = 20, oversample = 10, q = 2, num_probes = 100, s = 5): 180 + 100 = 280 products
-(140 JVPs + 140 VJPs; m = 10 starts). Short Lanczos runs and more starts, because the residual
-trace (κ_cap's denominator) needs samples more than the deflated tail needs quadrature nodes.
-Fewer is possible at some cost in accuracy, e.g. oversample = 5, q = 1, num_probes = 20 -> 120.
-Runs stop early (fewer products) when every Lanczos run closes, e.g. on a rank-deficient J.
-When ℓ ≥ min(M, N·D), J is read whole with min(M, N·D) products and everything is exact
-(κ_cap = 1 once r ≥ rank); no stochastic stage runs.
+1. Sketch — randomized block Krylov (Musco & Musco 2015; ``linalg.block_krylov_svd``): q rounds
+   of block power iteration from JᵀΩ, re-orthonormalised each round, keeping every block:
+   (2q + 2)·b products for a (q + 1)·b-column basis K with J K known exactly. Gives σ_1..σ_r, the
+   modes, and Hutch++'s exact part ‖J K‖_F² (Meyer et al. 2021): κ_cap's numerator and denominator
+   share one sketch.
+2. Residual — stochastic Lanczos quadrature (Ubaru, Chen & Saad 2017) on the deflated operator
+   (P g P, P = I − KKᵀ, run on the smaller of the input and output sides), in rounds of
+   ``probes_per_round`` Rademacher starts × s steps, (2s − 1) products per start. Each run gives a
+   Hutchinson sample of the residual trace (Gauss quadrature is exact for x) and of tr(g log g).
+   Rounds stop once the standard errors of κ_cap (≤ kappa_atol) and of the entropy −Σ p log p
+   (≤ entropy_atol nats) are small enough, or when ``num_probes`` starts (the paper's m) are spent.
+   - ‖J‖_F² = ‖J K‖_F² + (1/m) Σ_j (residual samples);
+   - tr(g log g) = Σ_i φ(ritz_i²) + SLQ of the residual -> erank.
+Defaults (r = 20, q = 2, s = 2, 8 starts per round): 120 + 24 = 144 products when one round
+suffices (decaying spectra), more rounds on spread ones. Runs stop early when every Lanczos run
+closes (a rank-deficient J). When the basis would reach min(M, N·D), J is read whole with
+min(M, N·D) products and everything is exact (κ_cap = 1 once r ≥ rank); no stochastic stage runs.
 
-r_0.90: from the ℓ Ritz values when κ_cap reaches 0.90 within the sketch (``r90_source =
-"sketch"``); otherwise estimated beyond ℓ from the SLQ quadrature read as a spectral density —
-each node θ stands for (its weight) eigenvalues of size θ — (``r90_source = "slq"``). The SLQ value
-is coarse (a handful of nodes per run); treat it as an order of magnitude.
+r_0.90: from the Ritz values when κ_cap reaches 0.90 within the basis (``r90_source = "sketch"``);
+otherwise estimated beyond it from the SLQ quadrature read as a spectral density — each node θ
+stands for (its weight) eigenvalues of size θ — (``r90_source = "slq"``). The SLQ value is coarse
+(two nodes per run); treat it as an order of magnitude.
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ import torch
 from torch import Tensor
 
 from .linalg.dense import dense_jacobian
-from .linalg.lanczos import Quadrature, entropy_from_traces, lanczos_quadrature, xlogx
+from .linalg.lanczos import Quadrature, entropy_from_traces, lanczos_quadrature, smaller_side, xlogx
 from .linalg.operator import JacobianOperator
 from .linalg.sketch import cv as coefficient_of_variation
 from .linalg.sketch import kappa_curve as cumulative_capture
 from .linalg.sketch import r90 as first_reaching
-from .linalg.sketch import randomized_svd, token_energy
+from .linalg.sketch import block_krylov_svd, token_energy
 from .linalg.trace import rademacher
 
 R90_LEVEL = 0.90
@@ -122,29 +122,67 @@ def _r90_from_density(ritz2: Tensor, tail: Quadrature | None, frob2: float) -> t
 
 
 def diagnose(f: Callable[[Tensor], Tensor], F: Tensor, r: int = 20, num_probes: int = 100,
-             power_iters: int = 2, seed: int = 0, *, oversample: int = 10, lanczos_steps: int = 5,
+             power_iters: int = 2, seed: int = 0, *, block: int | None = None, lanczos_steps: int = 2,
+             probes_per_round: int = 8, kappa_atol: float = 0.005, entropy_atol: float = 0.02,
              linearize: bool = False) -> Diagnosis:
     """Matrix-free diagnostic of f: (N, D) -> (M,) at F (N, D); see the module docstring for the
     product budget. Seeds: the sketch draws from ``seed``, the SLQ starts from ``seed + 1``."""
     op = JacobianOperator(f, F, linearize=linearize)
-    return diagnose_operator(op, r=r, num_probes=num_probes, power_iters=power_iters, seed=seed,
-                             oversample=oversample, lanczos_steps=lanczos_steps)
+    return diagnose_operator(op, r=r, num_probes=num_probes, power_iters=power_iters, seed=seed, block=block,
+                             lanczos_steps=lanczos_steps, probes_per_round=probes_per_round,
+                             kappa_atol=kappa_atol, entropy_atol=entropy_atol)
+
+
+def _tail_rounds(op: JacobianOperator, basis: Tensor, top: Tensor, r: int, num_probes: int, steps: int,
+                 per_round: int, seed: int, kappa_atol: float, entropy_atol: float) -> Quadrature:
+    """SLQ on P g P in rounds of ``per_round`` starts until the standard errors of ‖J‖_F² (relative)
+    and of the entropy −Σ p log p (absolute, nats) fall below their tolerances, or ``num_probes``
+    starts are spent. ``top`` (ℓ,): the sketch's Ritz values σ̂², the exact part of both traces."""
+    T0, G0 = float(top.sum()), float(xlogx(top).sum())
+    kappa_r = float(top[:r].sum()) / T0 if T0 > 0 else 0.0   # an upper bound on κ_cap(r) is enough
+    scale = float(top[0]) if top.numel() else None
+    side = smaller_side(op)
+    Z = rademacher(op.out_dim if side == "output" else op.in_dim, num_probes, seed, op.dtype, op.device)
+    rounds: list[Quadrature] = []
+    used = 0
+    while used < num_probes:
+        k = min(per_round, num_probes - used)
+        rounds.append(lanczos_quadrature(op, Z[:, used:used + k], steps, basis, scale, side))
+        used += k
+        tail = _concat(rounds)
+        t = (tail.weights * tail.nodes).sum(1)                 # per-start samples of tr(PgP)
+        g = (tail.weights * xlogx(tail.nodes)).sum(1)          # … and of tr(PgP log PgP)
+        T, G = T0 + float(t.mean()), G0 + float(g.mean())
+        if used < 2 or T <= 0:
+            continue
+        h = (1 / T + G / T ** 2) * t - g / T                    # delta method for H = log T − G/T
+        se = lambda x: float(x.std() / used ** 0.5)
+        if kappa_r * se(t) / T <= kappa_atol and se(h) <= entropy_atol:  # SE(κ) = κ·SE(T)/T
+            break
+    return tail
+
+
+def _concat(parts: list[Quadrature]) -> Quadrature:
+    s = max(q.nodes.shape[1] for q in parts)
+    pad = lambda x: torch.nn.functional.pad(x, (0, s - x.shape[1]))
+    return Quadrature(nodes=torch.cat([pad(q.nodes) for q in parts]), weights=torch.cat([pad(q.weights) for q in parts]),
+                      products=sum(q.products for q in parts))
 
 
 def diagnose_operator(op: JacobianOperator, r: int = 20, num_probes: int = 100, power_iters: int = 2,
-                      seed: int = 0, *, oversample: int = 10, lanczos_steps: int = 5) -> Diagnosis:
+                      seed: int = 0, *, block: int | None = None, lanczos_steps: int = 2,
+                      probes_per_round: int = 8, kappa_atol: float = 0.005,
+                      entropy_atol: float = 0.02) -> Diagnosis:
     """``diagnose`` on an existing JacobianOperator (its counters keep running)."""
     N, D = op.in_shape
     jvps0, vjps0 = op.jvps, op.vjps
-    sk = randomized_svd(op, r, oversample=oversample, power_iters=power_iters, seed=seed)
+    sk = block_krylov_svd(op, r, block=block, power_iters=power_iters, seed=seed)
     ritz2 = sk.ritz.pow(2)
     frob2, glogg = float(ritz2.sum()), float(xlogx(ritz2).sum())
     tail = None
-    if not sk.exact and num_probes > 0:
-        steps = max(1, min(lanczos_steps, num_probes // 2))
-        starts = max(1, num_probes // (2 * steps))
-        Z = rademacher(op.in_dim, starts, seed + 1, op.dtype, op.device)
-        tail = lanczos_quadrature(op, Z, steps, basis=sk.Q, scale=float(ritz2[0]) if ritz2.numel() else None)
+    if not sk.exact and num_probes > 0 and lanczos_steps > 0:
+        tail = _tail_rounds(op, sk.Q, ritz2, r, num_probes, lanczos_steps, probes_per_round, seed + 1,
+                            kappa_atol, entropy_atol)
         frob2 += tail.trace(lambda x: x)      # Hutch++ residual: (1/m) Σ ‖J P z_j‖²
         glogg += tail.trace(xlogx)
     erank = math.exp(entropy_from_traces(frob2, glogg)) if frob2 > 0 else 0.0
@@ -155,3 +193,40 @@ def diagnose_operator(op: JacobianOperator, r: int = 20, num_probes: int = 100, 
     return Diagnosis(frob2=frob2, erank=erank, r90=r90, products=op.products - jvps0 - vjps0,
                      jvps=op.jvps - jvps0, vjps=op.vjps - vjps0, r90_source=source, exact=sk.exact,
                      budget={"sketch": sk.products, "slq": tail.products if tail else 0}, **out)
+
+
+# -- regimes (paper §4.3, Table 1) --------------------------------------------------------------
+
+REGIMES: dict[str, str] = {
+    "rank-bounded": "none to learn: J has at most M ≤ r rows, so the exact metric JᵀJ costs M VJPs per image",
+    "low-rank-delocalized": "Spectral Pullback Network with cross-token attention (rank-r modes spread over all tokens)",
+    "marginal-kappa-high-cv": "token-importance head distilled from e_t (sensitivity sits on few tokens)",
+    "rich-spectrum": "VAE bottleneck on the decoder's input, then an SPN in its latent space",
+}
+
+
+def regime(kappa_cap: float, erank: float, r90: int, cv: float, output_dim: int, r: int = 20, *,
+           kappa_high: float = 0.9, cv_high: float = 1.0, erank_rich: float = 5.0) -> str:
+    """Sort a probe into the paper's four regimes; ``REGIMES[name]`` is the architecture it calls for.
+
+    In order, the first rule that holds:
+    1. rank-bounded — output_dim M ≤ r: rank J ≤ r, so κ_cap(r) = 1 whatever the features.
+    2. marginal-kappa-high-cv — κ_cap(r) < kappa_high and CV ≥ cv_high: a rank-r metric misses
+       much of the sensitivity, but the sensitivity is concentrated on few tokens, so per-token
+       importance carries it (the paper's DINOv2 CLS: κ 0.33, CV 4.06).
+    3. rich-spectrum — erank > erank_rich·r, or r_0.90 > erank_rich·r: the energy is spread over
+       far more than r directions (VGGT dense heads: erank 212–282, even at κ_cap 0.97).
+    4. low-rank-delocalized — κ_cap(r) ≥ kappa_high (so r_0.90 ≤ r): a rank-r metric suffices and
+       CV < cv_high says its modes spread over tokens (DPT depth: κ 0.96, CV 0.03, erank 20–34).
+    Otherwise (κ_cap below kappa_high with low CV and moderate erank) the spectrum is still too
+    spread for rank r: rich-spectrum.
+    """
+    if output_dim <= r:
+        return "rank-bounded"
+    if kappa_cap < kappa_high and cv >= cv_high:
+        return "marginal-kappa-high-cv"
+    if erank > erank_rich * r or r90 > erank_rich * r:
+        return "rich-spectrum"
+    if kappa_cap >= kappa_high:
+        return "low-rank-delocalized"
+    return "rich-spectrum"

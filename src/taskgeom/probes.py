@@ -41,7 +41,8 @@ class ProbeMap:
 
     ``layers=None`` probes the layers the decoder reads (the decoder-input probe).
     The host is frozen in place (eval mode, no parameter gradients, math attention).
-    ``output_metric``: an (M', M) matrix L, or a callable y -> L(y).
+    ``output_metric``: an (M', M) matrix L, a callable y -> L(y), or "so3" (camera decoders:
+    ``so3_camera_metric`` taken at each image's own output).
     """
 
     def __init__(self, host: ProbeHost, decoder: str, layers: Sequence[int] | None = None,
@@ -51,6 +52,8 @@ class ProbeMap:
         layers = tuple(sorted(set(reads if layers is None else layers)))
         if not layers or layers[0] < 0 or layers[-1] >= host.num_blocks:
             raise ValueError(f"probe layers {list(layers)} outside 0..{host.num_blocks - 1}")
+        if isinstance(output_metric, str) and output_metric != "so3":
+            raise ValueError(f"output_metric {output_metric!r}: the named metric is 'so3'")
         if layers[0] > max(reads):
             raise ValueError(f"decoder {decoder!r} reads layers {list(reads)}; a probe at {list(layers)} does not reach it")
         self.host = freeze(use_math_attention(host))
@@ -78,13 +81,41 @@ class ProbeMap:
                 if i in reads:
                     read_states[i] = h
             y = host.decode(self.decoder, read_states, ctx)[0].flatten()
-            return self.apply_metric(y)
+            return self.apply_metric(y, L)
 
+        L = None
+        if isinstance(self.output_metric, str):
+            with torch.no_grad():
+                L = so3_camera_metric(f(F))  # f runs without a metric while L is None
         return Probe(F=F, f=f, layers=layers, tokens_per_layer=tokens)
 
-    def apply_metric(self, y: Tensor) -> Tensor:
-        if self.output_metric is None:
+    def apply_metric(self, y: Tensor, L: Tensor | None = None) -> Tensor:
+        if self.output_metric is None or (isinstance(self.output_metric, str) and L is None):
             return y
+        if isinstance(self.output_metric, str):
+            return L.to(y) @ y
         if callable(self.output_metric):
             return self.output_metric(y)
         return self.output_metric.to(y) @ y
+
+
+def so3_camera_metric(y0: Tensor) -> Tensor:
+    """y0 (V·9,) camera encodings (translation 3, quaternion 4, field of view 2 per view, see
+    ``taskgeom.evaluate.tasks.pose_encoding``) -> L (V·9, V·9), block diagonal.
+
+    An SO(3)-aware output metric: ‖L dy‖ measures a small change of the rotation by its geodesic
+    angle instead of the Euclidean change of the raw quaternion. The head's quaternion q is
+    normalised before use, so only its part tangent to the sphere moves the rotation, and the
+    angle between unit quaternions is twice their arc: dθ = 2 ‖(I − q̂q̂ᵀ) dq‖ / ‖q‖. Translation
+    (metres) and field of view (radians) keep the Euclidean metric.
+    """
+    if y0.ndim != 1 or y0.numel() % 9:
+        raise ValueError(f"so3 output metric: expects (V·9,) camera encodings, got shape {tuple(y0.shape)}")
+    blocks = []
+    for v in y0.detach().reshape(-1, 9):
+        q = v[3:7]
+        qh = q / q.norm().clamp_min(1e-12)
+        rot = 2.0 * (torch.eye(4, dtype=y0.dtype, device=y0.device) - torch.outer(qh, qh)) / q.norm().clamp_min(1e-12)
+        blocks.append(torch.block_diag(torch.eye(3, dtype=y0.dtype, device=y0.device), rot,
+                                       torch.eye(2, dtype=y0.dtype, device=y0.device)))
+    return torch.block_diag(*blocks)

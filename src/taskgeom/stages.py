@@ -5,7 +5,10 @@ parameter keys are declared here once; ``dvc.yaml`` is generated from this table
 (``taskgeom dvc-yaml``) and the Snakemake rules in ``rules/*.smk`` read it through
 ``taskgeom.dag``. Paths are templates over the stage's wildcard, written
 ``{model}``; a ``Collect`` input gathers one file per value of a parameter list
-(Snakemake expands it; DVC depends on the directory that holds them).
+(Snakemake expands it; DVC depends on the directory that holds them). A stage whose
+``foreach`` key holds a mapping (name -> settings, e.g. the diagnostic's probes) is
+``keyed``: the wildcard is the name, and templates may read a field of the settings,
+written ``{probe.model}`` (DVC's ``${item.model}``, a Snakemake input function).
 
 In DVC every stage depends on ``check-params``, whose output never changes while
 params.yaml is valid: an invalid params.yaml stops DVC there, before any stage deletes
@@ -40,7 +43,8 @@ class Stage:
     params: tuple[str, ...] = ()         # dotted params keys, may use the wildcard
     code: tuple[str, ...] = ()           # source files whose change reruns the stage
     wildcard: str | None = None          # e.g. "model"
-    foreach: str | None = None           # params key of the wildcard's values
+    foreach: str | None = None           # params key of the wildcard's values (a list, or a mapping if keyed)
+    keyed: bool = False                  # foreach is a mapping; templates may use {wildcard.field}
     threads: int = 1
     mem_mb: int = 2000
     runtime: int = 10                    # minutes, for cluster schedulers
@@ -74,6 +78,7 @@ WORLD_FILES = {
 }
 
 PARAMS_OK = "data/params.ok"
+DIAGNOSTIC_TABLES = ("table1", "power_iterations", "output_metric", "accuracy")
 
 STAGES: tuple[Stage, ...] = (
     Stage(
@@ -134,6 +139,41 @@ STAGES: tuple[Stage, ...] = (
         code=(f"{PKG}/report/zoo_table.py", f"{PKG}/report/tables.py"),
     ),
     Stage(
+        name="diagnose",
+        runner="taskgeom.diagnostic_sweep:run",
+        help="The tractability diagnostic (κ_cap(r), erank, r_0.90, token CV) of one probe over the test images.",
+        deps={"params_ok": PARAMS_OK, "test": WORLD_FILES["test"], "mv_test": WORLD_FILES["mv_test"],
+              "weights": "data/zoo/{probe.model}/model.safetensors", "config": "data/zoo/{probe.model}/config.json"},
+        outs={"summary": "results/diagnose/probes/{probe}.json", "arrays": "results/diagnose/probes/{probe}.h5"},
+        params=("diagnose.probes.{probe}", "diagnose.images", "diagnose.estimator", "diagnose.dense",
+                "diagnose.power_table", "diagnose.bootstrap", "diagnose.regimes"),
+        code=(f"{PKG}/diagnostic_sweep.py", f"{PKG}/diagnostics.py", f"{PKG}/probes.py",
+              *(f"{PKG}/linalg/{m}.py" for m in ("operator", "sketch", "trace", "lanczos", "dense")),
+              f"{PKG}/evaluate/stats.py", f"{PKG}/models/host.py"),
+        wildcard="probe",
+        foreach="diagnose.probes",
+        keyed=True,
+        threads=2,
+        mem_mb=8000,
+        runtime=60,
+        gpu=True,
+    ),
+    Stage(
+        name="diagnose-tables",
+        runner="taskgeom.report.diagnostic_tables:run",
+        help="Table 1 (beside the paper's), the power-iteration table, the output-metric comparison, the "
+             "accuracy against the dense reference, and the spectra / κ_cap(r) figures.",
+        deps={"params_ok": PARAMS_OK,
+              "summaries": Collect("results/diagnose/probes/{item}.json", over="diagnose.probes"),
+              "arrays": Collect("results/diagnose/probes/{item}.h5", over="diagnose.probes"),
+              "paper_numbers": "references/paper_numbers.yaml"},
+        outs={**{f"{t}_{ext}": f"results/diagnose/{t}.{ext}" for t in DIAGNOSTIC_TABLES for ext in ("csv", "md", "tex")},
+              **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in ("spectra", "kappa_curves")
+                 for ext in ("png", "pdf")}},
+        params=("diagnose.probes", "diagnose.estimator", "diagnose.bootstrap", "diagnose.regimes"),
+        code=(f"{PKG}/report/diagnostic_tables.py", f"{PKG}/report/tables.py", f"{PKG}/report/figures.py"),
+    ),
+    Stage(
         name="report",
         runner="taskgeom.report.report:run",
         help="Assemble every table that exists into results/REPORT.md, beside the paper's figures.",
@@ -141,6 +181,7 @@ STAGES: tuple[Stage, ...] = (
             "params_ok": PARAMS_OK,
             "zoo_table": "results/zoo_table.csv",
             "data_summary": "results/data/summary.csv",
+            **{f"diagnose_{t}": f"results/diagnose/{t}.csv" for t in DIAGNOSTIC_TABLES},
             "paper_numbers": "references/paper_numbers.yaml",
         },
         outs={"report": "results/REPORT.md"},
@@ -159,9 +200,18 @@ def stage(name: str) -> Stage:
         raise KeyError(f"no stage {name!r}; stages: {', '.join(BY_NAME)}") from None
 
 
-def fill(template: str, stage_: Stage, value: str | None) -> str:
-    """Substitute the stage's wildcard in a path or params-key template."""
-    return template.replace(f"{{{stage_.wildcard}}}", value) if stage_.wildcard and value is not None else template
+def fill(template: str, stage_: Stage, value: str | None, params: dict | None = None) -> str:
+    """Substitute the stage's wildcard (and, for a keyed stage, ``{wildcard.field}`` from the
+    item's settings in ``params``) in a path or params-key template."""
+    if not stage_.wildcard or value is None:
+        return template
+    if stage_.keyed and f"{{{stage_.wildcard}." in template:
+        from .config import get
+
+        item = get(params, stage_.foreach)[value]
+        for key, field_value in item.items():
+            template = template.replace(f"{{{stage_.wildcard}.{key}}}", str(field_value))
+    return template.replace(f"{{{stage_.wildcard}}}", value)
 
 
 def final_outputs(params: dict) -> list[str]:

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from taskgeom.linalg import (JacobianOperator, adaptive_power_iters, cv, exact_spectrum, hutchinson, hutchpp,
+from taskgeom.linalg import (JacobianOperator, adaptive_power_iters, block_krylov_svd, xlogx, cv, exact_spectrum, hutchinson, hutchpp,
                              kappa_curve, lanczos_quadrature, r90, rademacher, randomized_svd, slq_erank,
                              subspace_alignment, token_energy)
 
@@ -60,6 +60,23 @@ def test_power_iterations_converge_to_the_exact_subspace():
               for q in (0, 1, 2, 5)]
     assert errors[0] > errors[1] > errors[2] > errors[3]
     assert errors[3] < 0.01
+
+
+def test_block_krylov_keeps_every_block_and_beats_power_iteration_at_equal_cost():
+    f, F, sigma, V = exact(SLOW)
+    errors = {}
+    for name, run in (("krylov", lambda op: block_krylov_svd(op, 20, power_iters=2, seed=0)),
+                      ("power", lambda op: randomized_svd(op, 20, oversample=0, power_iters=2, seed=0))):
+        op = JacobianOperator(f, F)
+        sk = run(op)
+        assert sk.products == op.products == 6 * 20                     # (2q + 2)·b, the same passes
+        assert sk.Q.shape[1] == (60 if name == "krylov" else 20)
+        torch.testing.assert_close(sk.Q.T @ sk.Q, torch.eye(sk.Q.shape[1], dtype=DT), rtol=0, atol=1e-10)
+        torch.testing.assert_close(sk.JQ, op.mm(sk.Q), rtol=1e-8, atol=1e-10)   # J Q is the passes' own
+        errors[name] = 1 - subspace_alignment(V[:, :20], sk.V)
+    assert errors["krylov"] < 0.2 * errors["power"]
+    with pytest.raises(ValueError, match="block"):
+        block_krylov_svd(JacobianOperator(f, F), 20, block=5, power_iters=2)   # 3·5 < r
 
 
 def test_sketch_is_exact_when_it_spans_everything():
@@ -128,17 +145,39 @@ def test_lanczos_quadrature_is_exact_for_the_trace_and_counts_products():
     op = JacobianOperator(f, F)
     Z = rademacher(N * D, 6, seed=0)
     quad = lanczos_quadrature(op, Z, steps=7)
-    assert quad.products == 2 * 6 * 7 and quad.nodes.shape == (6, 7)
+    assert quad.products == 6 * (2 * 7 - 1) and quad.nodes.shape == (6, 7)   # the last step needs no VJP
     torch.testing.assert_close(quad.weights.sum(1), Z.pow(2).sum(0), rtol=1e-10, atol=0)   # ‖z‖²
     JZ = op.mm(Z).pow(2).sum(0)
     torch.testing.assert_close((quad.weights * quad.nodes).sum(1), JZ, rtol=1e-9, atol=0)   # zᵀ g z
+
+
+def test_output_side_lanczos_sees_the_same_deflated_spectrum():
+    """J P Jᵀ on R^M and P g P on R^{N·D} share their nonzero eigenvalues: both sides give the
+    same traces of x and x log x once the runs are long enough to close."""
+    f, F, sigma, _ = exact(FAST)
+    op = JacobianOperator(f, F)
+    Q = randomized_svd(op, 5, oversample=0, power_iters=1).Q
+    U = rademacher(M, 3, seed=1)
+    out = lanczos_quadrature(op, U, steps=M, basis=Q, side="output")
+    JtU = op.rmm(U)
+    PJtU = JtU - Q @ (Q.T @ JtU)
+    torch.testing.assert_close((out.weights * out.nodes).sum(1), PJtU.pow(2).sum(0), rtol=1e-9, atol=1e-12)
+    J = torch.stack([op.mm(e[:, None])[:, 0] for e in torch.eye(N * D, dtype=DT)], 1)   # (M, N·D)
+    P = torch.eye(N * D, dtype=DT) - Q @ Q.T
+    lam = torch.linalg.eigvalsh(J @ P @ J.T).clamp_min(0)
+    for phi in (lambda x: x, xlogx):
+        assert out.trace(phi) == pytest.approx(float(phi(lam).sum()), rel=0.5)   # 3 starts: Hutchinson's spread
+        full = lanczos_quadrature(op, torch.eye(M, dtype=DT), steps=M, basis=Q, side="output")
+        assert full.trace(phi) * M == pytest.approx(float(phi(lam).sum()), rel=1e-6)  # unit starts: exact trace
+    with pytest.raises(ValueError, match="side"):
+        lanczos_quadrature(op, U, steps=2, side="left")
 
 
 def test_plain_slq_erank_on_a_spread_spectrum():
     """Without deflation SLQ is only as good as Hutchinson on φ(g): fine when the spectrum is spread."""
     f, F, sigma, _ = exact(SLOW)
     plain = slq_erank(JacobianOperator(f, F), num_probes=30, steps=15, seed=0)
-    assert plain.products == 2 * 30 * 15 and plain.top.numel() == 0
+    assert plain.products == 30 * (2 * 15 - 1) and plain.top.numel() == 0
     assert plain.erank == pytest.approx(exact_erank(sigma), rel=0.10)
 
 
@@ -151,7 +190,7 @@ def test_deflated_slq_erank_matches_the_exact_effective_rank(spectrum):
     sk = randomized_svd(op, 20, power_iters=2)
     before = op.products
     deflated = slq_erank(op, num_probes=10, steps=5, seed=0, basis=sk.Q, J_basis=sk.JQ)
-    assert deflated.products == op.products - before <= 2 * 10 * 5
+    assert deflated.products == op.products - before <= 10 * (2 * 5 - 1)
     assert deflated.erank == pytest.approx(truth, rel=0.05)
     assert deflated.frob2 == pytest.approx(float(sigma.pow(2).sum()), rel=0.03)
     # plain SLQ with the same kind of budget is far worse when a few directions dominate
@@ -165,7 +204,7 @@ def test_slq_stops_when_the_krylov_space_closes():
     f, F, sigma, _ = exact(s)
     op = JacobianOperator(f, F)
     res = slq_erank(op, num_probes=4, steps=10, seed=0)
-    assert res.products < 2 * 4 * 10                       # every run closed after 2 steps
+    assert res.products < 4 * (2 * 10 - 1)                 # every run closed after 2 steps
     nodes = res.tail.nodes[res.tail.weights > 1e-12]
     assert torch.all((nodes - 1).abs().minimum(nodes.abs()) < 1e-8)   # quadrature nodes = {0, 1}
     assert res.erank == pytest.approx(res.frob2, rel=1e-8)  # log 1 = 0, 0 log 0 = 0: erank = T̂

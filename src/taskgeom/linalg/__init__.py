@@ -1,23 +1,25 @@
 """Matrix-free linear algebra on the probe Jacobian J = ∂f/∂F (DESIGN.md, "Core objects").
 
 operator  JacobianOperator: J·V by batched JVPs, Jᵀ·U by batched VJPs, product counters
-sketch    randomized block power iteration (Halko et al. 2011) and spectral summaries
+sketch    randomized block power iteration (Halko et al. 2011), block Krylov (Musco & Musco 2015),
+          and spectral summaries
 trace     Hutchinson and Hutch++ (Meyer et al. 2021) for tr g = ‖J‖_F²
 lanczos   stochastic Lanczos quadrature for the effective rank (Ubaru, Chen & Saad 2017)
 dense     the dense Jacobian and its exact SVD, the reference for tests
 """
 
 from .dense import dense_jacobian, exact_spectrum
-from .lanczos import Quadrature, SLQResult, entropy_from_traces, lanczos_quadrature, slq_erank, xlogx
+from .lanczos import (Quadrature, SLQResult, entropy_from_traces, lanczos_quadrature, slq_erank, smaller_side,
+                      xlogx)
 from .operator import JacobianOperator
-from .sketch import (Sketch, adaptive_power_iters, cv, kappa_curve, r90, randomized_svd, subspace_alignment,
+from .sketch import (Sketch, adaptive_power_iters, block_krylov_svd, cv, kappa_curve, r90, randomized_svd, subspace_alignment,
                      token_energy)
 from .trace import TraceEstimate, hutchinson, hutchpp, rademacher
 
 __all__ = [
     "JacobianOperator", "dense_jacobian", "exact_spectrum",
-    "Sketch", "randomized_svd", "adaptive_power_iters",
+    "Sketch", "randomized_svd", "adaptive_power_iters", "block_krylov_svd",
     "TraceEstimate", "hutchinson", "hutchpp", "rademacher",
-    "Quadrature", "SLQResult", "lanczos_quadrature", "slq_erank", "entropy_from_traces", "xlogx",
+    "Quadrature", "SLQResult", "lanczos_quadrature", "slq_erank", "smaller_side", "entropy_from_traces", "xlogx",
     "kappa_curve", "r90", "token_energy", "cv", "subspace_alignment",
 ]

@@ -10,10 +10,11 @@ from torch import Tensor
 from torch.func import jacrev
 
 
-def dense_jacobian(f: Callable[[Tensor], Tensor], F: Tensor) -> Tensor:
+def dense_jacobian(f: Callable[[Tensor], Tensor], F: Tensor, chunk_size: int | None = 256) -> Tensor:
     """f: (N, D) -> (M,), F (N, D) -> J (M, N·D), row-major over (token, channel)
-    (the same flattening as ``F.reshape(-1)``). Costs M VJPs (jacrev vmaps the pullback)."""
-    J = jacrev(f)(F.detach())
+    (the same flattening as ``F.reshape(-1)``). Costs M VJPs (jacrev vmaps the pullback,
+    ``chunk_size`` rows at a time so memory stays bounded on large outputs)."""
+    J = jacrev(f, chunk_size=chunk_size)(F.detach())
     return J.reshape(-1, F.numel())
 
 

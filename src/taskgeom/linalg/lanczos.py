@@ -48,12 +48,23 @@ def xlogx(x: Tensor) -> Tensor:
     return torch.where(x > 0, x * torch.log(torch.where(x > 0, x, torch.ones_like(x))), torch.zeros_like(x))
 
 
-def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: Tensor | None = None,
-                       scale: float | None = None) -> Quadrature:
-    """Block of independent Lanczos runs on P g P (P = I − QQᵀ, or I without ``basis``).
+def smaller_side(op: JacobianOperator) -> str:
+    """"output" when M < N·D, else "input": the side whose Lanczos runs meet fewer zero
+    eigenvalues (P g P on R^{N·D} and J P Jᵀ on R^M share their nonzero spectrum)."""
+    return "output" if op.out_dim < op.in_dim else "input"
 
-    starts (N·D, m) -> Quadrature with s ≤ ``steps`` nodes per run. All m runs advance together,
-    so each step is one block of m JVPs and one block of m VJPs; products = 2·m·(steps taken).
+
+def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: Tensor | None = None,
+                       scale: float | None = None, side: str = "input") -> Quadrature:
+    """Block of independent Lanczos runs on A = BᵀB with the nonzero spectrum of P g P
+    (P = I − QQᵀ, or I without ``basis``).
+
+    side "input":  B = J P,  starts (N·D, m);  side "output": B = P Jᵀ, starts (M, m), so that
+    A = J P Jᵀ. Both give zᵀφ(A)z with tr φ(A) = tr φ(P g P) for φ(0) = 0; the side with fewer
+    zero eigenvalues (``smaller_side``) wastes fewer quadrature nodes on them.
+    Returns a Quadrature with s ≤ ``steps`` nodes per run. All m runs advance together: each
+    step is one block of m products for B v (α = ‖B v‖²) and, except the last, one block of m
+    for Bᵀ(B v), the next vector; products = m·(2s − 1).
     Full re-orthogonalisation (s is small) keeps the quadrature honest in floating point.
     A run whose Krylov space closes (β ≈ 0, e.g. a rank-deficient tail) continues as zeros, which
     adds nodes of weight 0; the loop stops early once every run has closed.
@@ -63,26 +74,30 @@ def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: 
     def project(X: Tensor) -> Tensor:
         return X if basis is None else X - basis @ (basis.T @ X)
 
-    Z = project(starts)
+    if side == "input":
+        half, half_t, Z = (lambda v: op.mm(project(v))), (lambda h: project(op.rmm(h))), project(starts)
+    elif side == "output":
+        half, half_t, Z = (lambda u: project(op.rmm(u))), (lambda h: op.mm(project(h))), starts
+    else:
+        raise ValueError(f"side must be 'input' or 'output', got {side!r}")
     norms = Z.norm(dim=0)                                     # (m,)
     v = Z / torch.where(norms > 0, norms, torch.ones_like(norms))
-    basis_runs = [v]                                          # Lanczos vectors, each (N·D, m)
+    basis_runs = [v]                                          # Lanczos vectors, each (n, m)
     alphas: list[Tensor] = []
     betas: list[Tensor] = []
     v_prev, beta_prev = torch.zeros_like(v), torch.zeros_like(norms)
     closed = norms == 0
     tiny = 1e-12 * (scale if scale else 1.0)
     for step in range(steps):
-        w = project(op.gram_mm(v))
-        alpha = (w * v).sum(0)
-        w = w - alpha * v - beta_prev * v_prev
-        stack = torch.stack(basis_runs)                       # (s, N·D, m)
+        Bv = half(v)
+        alpha = Bv.pow(2).sum(0)                              # vᵀ A v = ‖B v‖²
+        alphas.append(alpha)
+        if step == steps - 1:                                 # the last step needs only B v
+            break
+        w = half_t(Bv) - alpha * v - beta_prev * v_prev
+        stack = torch.stack(basis_runs)                       # (s, n, m)
         for _ in range(2):                                    # twice is enough (Kahan–Parlett)
             w = w - torch.einsum("snm,sm->nm", stack, torch.einsum("snm,nm->sm", stack, w))
-            w = project(w)
-        alphas.append(alpha)
-        if step == steps - 1:
-            break
         beta = w.norm(dim=0)
         if scale is None:
             tiny = 1e-12 * max(float(torch.stack(alphas).abs().max()), 1e-300)
@@ -100,7 +115,7 @@ def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: 
         off = torch.stack(betas[: s - 1], 1)                  # (m, s-1)
         T = T + torch.diag_embed(off, 1) + torch.diag_embed(off, -1)
     theta, S = torch.linalg.eigh(T)
-    weights = S[:, 0, :].pow(2) * norms.pow(2)[:, None]       # τ_k² ‖P z‖²
+    weights = S[:, 0, :].pow(2) * norms.pow(2)[:, None]       # τ_k² ‖z‖²
     return Quadrature(nodes=theta.clamp_min(0), weights=weights, products=op.products - start_products)
 
 
@@ -128,7 +143,7 @@ def slq_erank(op: JacobianOperator, num_probes: int, steps: int = 10, seed: int 
               basis: Tensor | None = None, J_basis: Tensor | None = None) -> SLQResult:
     """Effective rank of J by SLQ on g = JᵀJ (Ubaru, Chen & Saad 2017), optionally deflated.
 
-    num_probes Rademacher starts, ``steps`` Lanczos steps each: 2·num_probes·steps products.
+    num_probes Rademacher starts, ``steps`` Lanczos steps each: num_probes·(2·steps − 1) products.
     With ``basis`` Q (N·D, k) orthonormal, the top k eigenvalues of QᵀgQ come from J Q — pass
     ``J_basis`` to reuse a sketch's products, else k JVPs — and SLQ runs on P g P (see the module
     docstring). Both tr g and tr(g log g) come from the same runs, so errors in the normaliser and

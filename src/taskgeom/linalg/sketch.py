@@ -136,6 +136,45 @@ def adaptive_power_iters(op: JacobianOperator, r: int, tol: float = 1e-3, max_it
                   power_iters=q, alignments=alignments)
 
 
+def block_krylov_svd(op: JacobianOperator, r: int, block: int | None = None, power_iters: int = 2,
+                     seed: int = 0) -> Sketch:
+    """Top-r singular triplets of J from the block Krylov space
+    K = [JᵀΩ, g JᵀΩ, …, gᵠ JᵀΩ] (Musco & Musco 2015, "Randomized block Krylov methods for
+    stronger and faster approximate SVD").
+
+    The same passes as ``randomized_svd`` with ℓ = b = ``block`` (default r) and q =
+    ``power_iters``, re-orthonormalised every round, but every block is kept: Rayleigh–Ritz runs
+    on all (q + 1)·b columns, whose images J K the passes have already computed. Products:
+    (2q + 2)·b, half VJPs, half JVPs (120 at r = 20, q = 2, for a 60-column basis). At q = 0 it is
+    ``randomized_svd`` at q = 0. Ω is Gaussian (M, b), drawn from ``seed``. When (q + 1)·b
+    reaches min(M, N·D), J is read whole instead and the result is exact.
+    """
+    b = block or r
+    if r < 1 or b < 1 or (power_iters + 1) * b < r:
+        raise ValueError(f"block Krylov needs r ≥ 1 and (q + 1)·block ≥ r; got r={r}, block={b}, q={power_iters}")
+    full = min(op.in_dim, op.out_dim)
+    r = min(r, full)
+    if (power_iters + 1) * b >= full:
+        return _exact_sketch(op, r)
+    start = op.products
+    gen = torch.Generator(device=op.device).manual_seed(seed)
+    omega = torch.randn(op.out_dim, b, generator=gen, dtype=op.dtype, device=op.device)
+    Z = _orth(op.rmm(omega))
+    blocks, images = [Z], [op.mm(Z)]                   # K's blocks (N·D, b) and J K's (M, b)
+    for _ in range(power_iters):
+        K = torch.cat(blocks, 1)
+        W = op.rmm(images[-1])                         # g × the newest block
+        for _ in range(2):                             # block Gram–Schmidt against K, twice
+            W = W - K @ (K.T @ W)
+        Z = _orth(W)
+        Z = _orth(Z - K @ (K.T @ Z))                   # a closing Krylov space leaves W ≈ 0
+        blocks.append(Z)
+        images.append(op.mm(Z))
+    ritz, V, JV = _rayleigh_ritz(torch.cat(blocks, 1), torch.cat(images, 1))
+    return Sketch(sigma=ritz[:r], V=V[:, :r], Q=V, JQ=JV, ritz=ritz, products=op.products - start,
+                  power_iters=power_iters)
+
+
 # -- spectral summaries (DESIGN.md, "Definitions") --------------------------------------------
 
 def subspace_alignment(U: Tensor, Uhat: Tensor) -> float:

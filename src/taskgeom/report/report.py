@@ -29,6 +29,21 @@ SECTIONS = (
     Section("Tiny model zoo", "zoo_table",
             "Held-out metrics of the zoo models the pipeline trains, against trivial baselines. "
             "They stand in for the paper's DINOv2 / CLIP (tiny-cls), Depth-Anything-V2 (tiny-dpt) and VGGT (tiny-mv)."),
+    Section("Table 1: the tractability diagnostic", "diagnose_table1",
+            "κ_cap(20), token CV, effective rank and r_0.90 of every probe, matrix-free (`taskgeom.diagnostics.diagnose`), "
+            "as the mean over test images with a bootstrap 95% interval; the regime follows "
+            "`taskgeom.diagnostics.regime` and names the architecture it calls for. The paper's rows follow ours "
+            "(with the regime our rule gives their numbers where it differs). Figures: `figures/spectra.png`, "
+            "`figures/kappa_curves.png`.", "diagnostic_table1"),
+    Section("Power-iteration convergence (App. C.3)", "diagnose_power_iterations",
+            "Subspace-alignment error of the top-20 modes from randomized power iteration after q rounds, against the "
+            "dense SVD (or q = 15 where the probe is too large for it).", "power_iteration_alignment_error"),
+    Section("Output metric: Euclidean vs SO(3) on the camera head", "diagnose_output_metric",
+            "The camera head's pullback with the raw encoding vs with rotations measured by their geodesic angle "
+            "(`taskgeom.probes.so3_camera_metric`): κ_cap, erank and how far the token-importance ranking moves."),
+    Section("Diagnostic accuracy against the dense reference", "diagnose_accuracy",
+            "Worst-image errors of the matrix-free estimates against `diagnose_exact` on the probes small enough for "
+            "the dense Jacobian."),
 )
 
 

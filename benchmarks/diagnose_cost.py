@@ -1,0 +1,154 @@
+"""Cost of one `diagnose` per image, in forward-equivalents, on every probe of params.yaml.
+
+For each probe (the trained zoo checkpoint when `data/zoo/<model>` exists, else the same
+architecture with seeded random weights) and each of the first --images test images (or random
+inputs when the world has not been rendered):
+
+- forward: median time of one forward of f at F;
+- diagnose: time of `diagnose(f, F)` at the defaults (r=20, num_probes=100, q=2), its products,
+  and time / forward = forward-equivalents;
+- dense: time of `diagnose_exact` (jacrev + SVD) where min(M, N·D) ≤ --dense-max, the speedup
+  dense / diagnose, and the errors of the matrix-free values against it.
+
+--paper-scale adds DINOv2 ViT-B/14 with random weights at 224×224 (257 tokens × 768), CLS probe
+at block 10, with the process's peak resident memory. Results: results/benchmarks/diagnose_cost.{csv,md}
+(and diagnose_paper_scale.{csv,md}). All ratios come from timings taken in this one run.
+
+    python benchmarks/diagnose_cost.py [--images 3] [--paper-scale] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from taskgeom import config
+from taskgeom.diagnostic_sweep import accuracy, forward_seconds, probe_images
+from taskgeom.diagnostics import diagnose, diagnose_exact
+from taskgeom.models import zoo
+from taskgeom.probes import ProbeMap
+from taskgeom.runtime import code_version, write_text
+
+OUT = Path("results/benchmarks")
+
+
+def host_for(params: dict, model: str, device: str):
+    root = Path("data/zoo") / model
+    if (root / "model.safetensors").is_file():
+        return zoo.load(root / "model.safetensors", root / "config.json", device), "trained"
+    arch = zoo.architecture(params["zoo"][model], params["world"]["resolution"])
+    return zoo.seeded(0, arch).to(device), "random"
+
+
+def inputs_for(host, params: dict, count: int):
+    world = {"test": Path("data/world/test.h5"), "mv_test": Path("data/world/mv_test.h5")}
+    if all(p.is_file() for p in world.values()):
+        return probe_images(host, world, count, None)
+    res, views = params["world"]["resolution"], params["world"]["multiview"]["views"]
+    shape = (count, views, 3, res, res) if "camera" in host.decoders else (count, 3, res, res)
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def measure(name: str, pm: ProbeMap, images, dense_max: int, device: str, weights: str) -> list[dict]:
+    rows = []
+    for i, image in enumerate(images):
+        probe = pm.at(image.to(device))
+        fwd = forward_seconds(probe)
+        d, seconds = timed(lambda: diagnose(probe.f, probe.F, seed=i))
+        N, D = probe.F.shape
+        M = int(probe.f(probe.F).numel())
+        row = {"probe": name, "weights": weights, "image": i, "N": N, "D": D, "M": M,
+               "forward_ms": 1e3 * fwd, "diagnose_s": seconds, "forward_equivalents": seconds / fwd,
+               "products": d.products, "sketch_products": d.budget.get("sketch", 0),
+               "slq_products": d.budget.get("slq", 0), "kappa_cap": d.kappa_cap, "erank": d.erank, "r90": d.r90,
+               "cv": d.cv}
+        if min(M, N * D) <= dense_max:
+            e, dense_s = timed(lambda: diagnose_exact(probe.f, probe.F))
+            row |= {"dense_s": dense_s, "speedup_vs_dense": dense_s / seconds, **accuracy(d, e)}
+        rows.append(row)
+        print(f"{name} image {i}: {row['forward_equivalents']:.0f} forward-equivalents, {d.products} products"
+              + (f", dense ×{row['speedup_vs_dense']:.1f} slower, |Δκ| {row['kappa_abs']:.4f}" if "dense_s" in row else ""),
+              flush=True)
+    return rows
+
+
+def paper_scale(device: str) -> dict:
+    from taskgeom.models.adapters import build_paper_model
+
+    host = build_paper_model("dinov2-b14").to(device)
+    pm = ProbeMap(host, "cls", [10])
+    image = torch.randn(3, 224, 224, generator=torch.Generator().manual_seed(0)).to(device)
+    probe = pm.at(image)
+    fwd = forward_seconds(probe, repeats=3)
+    d, seconds = timed(lambda: diagnose(probe.f, probe.F))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (Linux)
+    row = {"probe": "dinov2-b14 (random weights) cls @ block 10, 224 px", "N": probe.F.shape[0],
+           "D": probe.F.shape[1], "M": int(probe.f(probe.F).numel()), "forward_ms": 1e3 * fwd,
+           "diagnose_s": seconds, "forward_equivalents": seconds / fwd, "products": d.products,
+           "kappa_cap": d.kappa_cap, "erank": d.erank, "cv": d.cv, "peak_rss_gib": peak}
+    if device.startswith("cuda"):
+        row["peak_cuda_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    print(json.dumps(row, default=float), flush=True)
+    return row
+
+
+def write(df: pd.DataFrame, stem: str, title: str) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    write_text(OUT / f"{stem}.csv", df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
+    write_text(OUT / f"{stem}.md", f"{title}\n\n{df.to_markdown(index=False, floatfmt='.4g')}\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--images", type=int, default=3)
+    ap.add_argument("--dense-max", type=int, default=4096, help="dense reference when min(M, N·D) ≤ this")
+    ap.add_argument("--probes", nargs="*", help="probe names (default: all of params diagnose.probes)")
+    ap.add_argument("--paper-scale", action="store_true")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--suffix", default="", help="appended to the output names, e.g. _gpu")
+    args = ap.parse_args()
+    params = config.load(args.params)
+    header = (f"taskgeom {code_version()}, torch {torch.__version__}, {platform.node()} {args.device}, "
+              f"{torch.get_num_threads()} threads")
+    rows = []
+    for name, spec in params["diagnose"]["probes"].items():
+        if args.probes and name not in args.probes:
+            continue
+        host, weights = host_for(params, spec["model"], args.device)
+        pm = ProbeMap(host, spec["decoder"], spec["layers"], "so3" if spec.get("output_metric") == "so3" else None)
+        rows += measure(name, pm, inputs_for(host, params, args.images), args.dense_max, args.device, weights)
+    per_image = pd.DataFrame(rows)
+    summary = per_image.groupby("probe", sort=False).agg(
+        weights=("weights", "first"), N=("N", "first"), D=("D", "first"), M=("M", "first"),
+        forward_ms=("forward_ms", "median"), forward_equivalents=("forward_equivalents", "mean"),
+        forward_equivalents_max=("forward_equivalents", "max"), products=("products", "mean"),
+        **({"speedup_vs_dense": ("speedup_vs_dense", "mean"), "max_kappa_abs_error": ("kappa_abs", "max"),
+            "max_erank_rel_error": ("erank_rel", "max"), "max_cv_rel_error": ("cv_rel", "max"),
+            "max_r90_abs_error": ("r90_abs", "max")} if "speedup_vs_dense" in per_image else {})).reset_index()
+    write(summary, f"diagnose_cost{args.suffix}", f"One `diagnose` per image at the defaults ({header}); "
+          f"mean over {args.images} images per probe.")
+    write(per_image, f"diagnose_cost_images{args.suffix}", f"Per image ({header}).")
+    if args.paper_scale:
+        write(pd.DataFrame([paper_scale(args.device)]), f"diagnose_paper_scale{args.suffix}",
+              f"Paper-scale probe ({header}).")
+    print(summary.to_markdown(index=False, floatfmt=".3g"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The ``diagnose`` stage: the tractability diagnostic of one probe over the test images.
+
+For each of the first ``diagnose.images`` test images (multi-view groups for a multi-view
+host): ``diagnose`` at the estimator settings, timed against one forward of f; on the first
+``dense.images`` of them, when min(M, N·D) ≤ ``dense.max_dim``, ``diagnose_exact`` beside it;
+on the first ``power_table.images``, the alignment error of randomized power iteration at each
+q of ``power_table.q`` against the dense modes (or, for larger probes, power iteration at
+``reference_q``) — the paper's App. C.3. Per-image values go to HDF5 (one row per image),
+their aggregates (mean, std, bootstrap interval) and the probe's regime to JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F_
+from torch import Tensor
+
+from .data.hdf5 import KIND_ATTR, encode_attrs, new_file
+from .data.splits import read_world, to_input
+from .diagnostics import REGIMES, Diagnosis, diagnose, diagnose_exact, regime
+from .evaluate.stats import summarize
+from .linalg import JacobianOperator, randomized_svd, subspace_alignment
+from .models import zoo
+from .probes import Probe, ProbeMap
+from .runtime import StageContext, atomic_path, write_json
+
+SCALARS = ("kappa_cap", "frob2", "erank", "r90", "cv", "products", "seconds", "forward_seconds")
+POWER_OVERSAMPLE = 10  # the sketch width ℓ = r + 10 of randomized_svd's default
+
+
+def probe_images(host, inputs: dict[str, Path], count: int, size: int | None) -> Tensor:
+    """The first ``count`` test images at input size ``size``: (n, 3, H, W), or (n, V, 3, H, W)
+    for a multi-view host (one that has a camera decoder)."""
+    multiview = "camera" in host.decoders
+    rgb = read_world(inputs["mv_test" if multiview else "test"], keys=("rgb",), limit=count)["rgb"]
+    x = to_input(rgb)
+    if size and x.shape[-1] != size:
+        flat = x.reshape(-1, *x.shape[-3:])
+        x = F_.interpolate(flat, size=(size, size), mode="bilinear", align_corners=False).reshape(*x.shape[:-2], size, size)
+    if len(x) < count:
+        raise ValueError(f"diagnose.images: {count} requested, the test split holds {len(x)}")
+    return x
+
+
+def forward_seconds(probe: Probe, repeats: int = 5) -> float:
+    """Median wall time of one forward of f at F (the unit of the cost in forward-equivalents)."""
+    times = []
+    with torch.no_grad():
+        probe.f(probe.F)
+        for _ in range(repeats):
+            start = time.perf_counter()
+            probe.f(probe.F)
+            times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def power_errors(probe: Probe, r: int, qs: list[int], reference: Tensor | None, reference_q: int,
+                 seed: int) -> dict[int, float]:
+    """1 − alignment of randomized_svd's top-r modes at each q with the reference modes (N·D, r);
+    without a dense reference, with randomized_svd at ``reference_q`` (a different seed)."""
+    op = JacobianOperator(probe.f, probe.F)
+    if reference is None:
+        reference = randomized_svd(op, r, POWER_OVERSAMPLE, reference_q, seed=seed + 1).V
+    k = min(r, reference.shape[1])
+    return {q: 1.0 - subspace_alignment(reference[:, :k], randomized_svd(op, r, POWER_OVERSAMPLE, q, seed=seed).V[:, :k])
+            for q in qs}
+
+
+def accuracy(d: Diagnosis, e: Diagnosis) -> dict[str, float]:
+    """Errors of the matrix-free diagnosis d against the dense one e."""
+    rel = lambda a, b: abs(a - b) / abs(b) if b else abs(a - b)
+    return {"kappa_abs": abs(d.kappa_cap - e.kappa_cap), "erank_rel": rel(d.erank, e.erank),
+            "cv_rel": rel(d.cv, e.cv), "r90_abs": abs(d.r90 - e.r90), "frob2_rel": rel(d.frob2, e.frob2),
+            "exact_kappa": e.kappa_cap, "exact_erank": e.erank, "exact_r90": e.r90, "exact_cv": e.cv}
+
+
+def run(ctx: StageContext) -> None:
+    settings = ctx.params["diagnose"]
+    name = ctx.wildcard
+    spec = settings["probes"][name]
+    est, dense, power, boot = settings["estimator"], settings["dense"], settings["power_table"], settings["bootstrap"]
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    host = zoo.load(ctx.inputs["weights"], ctx.inputs["config"])
+    metric = spec.get("output_metric", "euclidean")
+    pm = ProbeMap(host, spec["decoder"], spec["layers"], "so3" if metric == "so3" else None)
+    size = json.loads(Path(ctx.inputs["config"]).read_text())["architecture"].get("img_size")
+    images = probe_images(host, ctx.inputs, settings["images"], size)
+    probe0 = pm.at(images[0])
+    N, D = probe0.F.shape
+    M = int(probe0.f(probe0.F).numel())
+    r = min(est["r"], M, N * D)
+    use_dense = min(M, N * D) <= dense["max_dim"]
+    ctx.log.info("probe %s: %s %s at layers %s, N=%d D=%d M=%d (dense reference: %s)", name, spec["model"],
+                 spec["decoder"], list(pm.layers), N, D, M, "yes" if use_dense else "no")
+
+    rows: dict[str, list] = {k: [] for k in SCALARS}
+    sigma, curves, energy = [], [], []
+    exact_rows, power_rows = [], []
+    for i, image in enumerate(ctx.progress(images, desc=f"diagnose {name}")):
+        probe = pm.at(image)
+        fwd = forward_seconds(probe)
+        start = time.perf_counter()
+        d = diagnose(probe.f, probe.F, r=est["r"], num_probes=est["num_probes"], power_iters=est["power_iters"],
+                     seed=est["seed"] + i)
+        seconds = time.perf_counter() - start
+        for k, v in (("kappa_cap", d.kappa_cap), ("frob2", d.frob2), ("erank", d.erank), ("r90", d.r90),
+                     ("cv", d.cv), ("products", d.products), ("seconds", seconds), ("forward_seconds", fwd)):
+            rows[k].append(v)
+        sigma.append(d.sigma.numpy())
+        curves.append(d.kappa_curve.numpy())
+        energy.append(d.token_energy.numpy())
+        reference = None
+        if use_dense and i < dense["images"]:
+            e = diagnose_exact(probe.f, probe.F, r=est["r"])
+            exact_rows.append({"image": i, **accuracy(d, e)})
+            reference = e.modes.reshape(N * D, -1)
+        if i < power["images"]:
+            errors = power_errors(probe, r, power["q"], reference, power["reference_q"], est["seed"] + i)
+            power_rows.append({"image": i, "reference": "dense" if reference is not None else f"q={power['reference_q']}",
+                               **{f"q{q}": v for q, v in errors.items()}})
+        ctx.log.info("image %d: κ_cap(%d) %.3f erank %.1f r90 %d CV %.3f, %d products, %.0f forward-equivalents",
+                     i, r, d.kappa_cap, d.erank, d.r90, d.cv, d.products, seconds / fwd)
+
+    summary = {k: summarize(v, boot["resamples"], boot["level"], boot["seed"]).as_dict() for k, v in rows.items()}
+    cost = np.asarray(rows["seconds"]) / np.asarray(rows["forward_seconds"])
+    summary["forward_equivalents"] = summarize(cost, boot["resamples"], boot["level"], boot["seed"]).as_dict()
+    means = {k: summary[k]["mean"] for k in ("kappa_cap", "erank", "cv")}
+    name_of_regime = regime(means["kappa_cap"], means["erank"], int(round(summary["r90"]["mean"])), means["cv"], M,
+                            est["r"], **settings["regimes"])
+    result = {
+        "probe": name, **spec, "output_metric": metric, "layers": list(pm.layers), "tokens": N, "dim": D,
+        "output_dim": M, "r": r, "images": len(images), "summary": summary, "regime": name_of_regime,
+        "architecture": REGIMES[name_of_regime], "dense": exact_rows, "power_table": power_rows,
+        "provenance": ctx.provenance(),
+    }
+    arrays = {"sigma": np.stack(sigma), "kappa_curve": np.stack(curves), "token_energy": np.stack(energy),
+              **{k: np.asarray(v, dtype=np.float64) for k, v in rows.items()}}
+    with atomic_path(ctx.outputs["arrays"]) as tmp:
+        layout = {k: (v.shape[1:], v.dtype) for k, v in arrays.items()}
+        attrs = encode_attrs({KIND_ATTR: "diagnose", "probe": name, **ctx.provenance()})
+        with new_file(tmp, attrs, layout, len(images)) as f:
+            for k, v in arrays.items():
+                f[k][...] = v
+    write_json(ctx.outputs["summary"], json.loads(json.dumps(result, default=float)))
