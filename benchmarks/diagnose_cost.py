@@ -31,10 +31,12 @@ import pandas as pd
 import torch
 
 from taskgeom import config
-from taskgeom.diagnostic_sweep import accuracy, forward_seconds, probe_images
+import numpy as np
+
+from taskgeom.diagnostic_sweep import accuracy, probe_images
 from taskgeom.diagnostics import diagnose, diagnose_exact
 from taskgeom.models import zoo
-from taskgeom.probes import ProbeMap
+from taskgeom.probes import Probe, ProbeMap
 from taskgeom.runtime import code_version, write_text
 
 OUT = Path("results/benchmarks")
@@ -55,6 +57,18 @@ def inputs_for(host, params: dict, count: int):
     res, views = params["world"]["resolution"], params["world"]["multiview"]["views"]
     shape = (count, views, 3, res, res) if "camera" in host.decoders else (count, 3, res, res)
     return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+
+
+def forward_seconds(probe: Probe, repeats: int = 5) -> float:
+    """Median wall time of one forward of f at F (the unit of the cost in forward-equivalents)."""
+    times = []
+    with torch.no_grad():
+        probe.f(probe.F)
+        for _ in range(repeats):
+            start = time.perf_counter()
+            probe.f(probe.F)
+            times.append(time.perf_counter() - start)
+    return float(np.median(times))
 
 
 def timed(fn):

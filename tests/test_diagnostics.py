@@ -219,3 +219,16 @@ def test_so3_output_metric_measures_rotation_by_its_geodesic_angle():
     assert float((L @ dt).norm()) == pytest.approx(1e-3)
     with pytest.raises(ValueError, match="camera encodings"):
         so3_camera_metric(torch.zeros(10, dtype=DT))
+
+
+def test_auto_power_iters_stops_when_the_subspace_settles():
+    fast, F = planted("fast")
+    slow, _ = planted("slow")
+    a, b = diagnose(fast, F, power_iters="auto"), diagnose(slow, F, power_iters="auto")
+    assert 1 <= a.power_iters < b.power_iters <= 15          # a large gap settles sooner
+    assert a.budget["sketch"] == (2 * a.power_iters + 2) * 20
+    e = diagnose_exact(slow, F)
+    k = subspace_alignment(e.modes.reshape(N * D, -1), b.modes.reshape(N * D, -1))
+    assert k > subspace_alignment(e.modes.reshape(N * D, -1), diagnose(slow, F).modes.reshape(N * D, -1))
+    with pytest.raises(ValueError, match="power_iters"):
+        diagnose(fast, F, power_iters="often")

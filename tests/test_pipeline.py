@@ -14,6 +14,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -21,7 +22,9 @@ from conftest import copy_repo, run, tool_env
 
 pytestmark = pytest.mark.pipeline
 
-TABLES = ("results/zoo_table.csv", "results/data/summary.csv", "results/REPORT.md")
+TABLES = ("results/zoo_table.csv", "results/data/summary.csv", "results/REPORT.md",
+          *(f"results/diagnose/{t}.csv" for t in ("table1", "power_iterations", "output_metric", "accuracy")),
+          "results/diagnose/probes/mv-depth-reads.json")
 
 
 def snakemake_jobs(repo: Path) -> dict[str, dict]:
@@ -96,6 +99,13 @@ def test_snakemake_run_leaves_the_tables_and_nothing_to_do(smoke: Path):
         assert (smoke / rel).is_file(), rel
     report = (smoke / "results/REPORT.md").read_text()
     assert "## Tiny model zoo" in report and "world_samples.png" in report
+    assert "## Table 1: the tractability diagnostic" in report and "kappa_curves.png" in report
+    table1 = pd.read_csv(smoke / "results/diagnose/table1.csv")
+    ours = table1[table1.source == "ours"].set_index("probe")
+    assert set(ours.index) == {p.split("@")[1] for p in PROBES}
+    assert ours.loc["mv-camera-l7", "regime"] == "rank-bounded"       # M = 2 views × 9 ≤ r
+    assert ours["kappa_cap"].between(0, 1).all() and (ours["erank"] >= 1).all()
+    assert (table1.source == "paper").sum() == 6
     dry = run(["snakemake", "-n"], smoke)
     assert "Nothing to be done" in dry.stdout + dry.stderr
     for rel in ("logs/fetch.log", "logs/zoo/tiny-cls.log", "logs/benchmarks/zoo/tiny-cls.tsv"):
@@ -113,6 +123,8 @@ def test_dvc_repro_reproduces_snakemake_byte_for_byte_and_is_clean(smoke: Path):
     assert json.loads(status.stdout) == {}
 
 
+PROBES = [f"diagnose@{name}" for name in
+          yaml.safe_load((Path(__file__).parents[1] / "params/smoke.yaml").read_text())["diagnose"]["probes"]]
 PERTURB = {  # one change under each params key a stage declares, and the stages that read it
     "world": (lambda p: p["world"].update(seed=p["world"]["seed"] + 1), {"fetch"}),
     "real": (lambda p: p["real"].update(imagenet_val="/nonexistent"), {"fetch"}),
@@ -121,6 +133,14 @@ PERTURB = {  # one change under each params key a stage declares, and the stages
     "zoo.models": (lambda p: p["zoo"]["models"].reverse(), {"zoo-table"}),
     "device": (lambda p: p.update(device="cpu"), {"zoo@tiny-cls", "zoo@tiny-dpt", "zoo@tiny-mv"}),
     "profile": (lambda p: p.update(profile="default"), {"report"}),
+    "diagnose.probes.dpt-depth-l4": (lambda p: p["diagnose"]["probes"]["dpt-depth-l4"].update(layers=[3]),
+                                     {"diagnose@dpt-depth-l4", "diagnose-tables"}),
+    "diagnose.images": (lambda p: p["diagnose"].update(images=1), set(PROBES)),
+    "diagnose.estimator": (lambda p: p["diagnose"]["estimator"].update(seed=1), set(PROBES)),
+    "diagnose.dense": (lambda p: p["diagnose"]["dense"].update(images=0), set(PROBES)),
+    "diagnose.power_table": (lambda p: p["diagnose"]["power_table"].update(q=[0, 2]), set(PROBES)),
+    "diagnose.bootstrap": (lambda p: p["diagnose"]["bootstrap"].update(seed=1), {*PROBES, "diagnose-tables"}),
+    "diagnose.regimes": (lambda p: p["diagnose"]["regimes"].update(cv_high=2.0), {*PROBES, "diagnose-tables"}),
 }
 
 

@@ -12,7 +12,6 @@ their aggregates (mean, std, bootstrap interval) and the probe's regime to JSON.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +28,8 @@ from .models import zoo
 from .probes import Probe, ProbeMap
 from .runtime import StageContext, atomic_path, write_json
 
-SCALARS = ("kappa_cap", "frob2", "erank", "r90", "cv", "products", "seconds", "forward_seconds")
+SCALARS = ("kappa_cap", "frob2", "erank", "r90", "cv", "products")  # no timings: reruns give identical bytes
+# (wall-clock cost in forward-equivalents is measured by benchmarks/diagnose_cost.py)
 POWER_OVERSAMPLE = 10  # the sketch width ℓ = r + 10 of randomized_svd's default
 
 
@@ -45,18 +45,6 @@ def probe_images(host, inputs: dict[str, Path], count: int, size: int | None) ->
     if len(x) < count:
         raise ValueError(f"diagnose.images: {count} requested, the test split holds {len(x)}")
     return x
-
-
-def forward_seconds(probe: Probe, repeats: int = 5) -> float:
-    """Median wall time of one forward of f at F (the unit of the cost in forward-equivalents)."""
-    times = []
-    with torch.no_grad():
-        probe.f(probe.F)
-        for _ in range(repeats):
-            start = time.perf_counter()
-            probe.f(probe.F)
-            times.append(time.perf_counter() - start)
-    return float(np.median(times))
 
 
 def power_errors(probe: Probe, r: int, qs: list[int], reference: Tensor | None, reference_q: int,
@@ -103,14 +91,10 @@ def run(ctx: StageContext) -> None:
     exact_rows, power_rows = [], []
     for i, image in enumerate(ctx.progress(images, desc=f"diagnose {name}")):
         probe = pm.at(image)
-        fwd = forward_seconds(probe)
-        start = time.perf_counter()
         d = diagnose(probe.f, probe.F, r=est["r"], num_probes=est["num_probes"], power_iters=est["power_iters"],
                      seed=est["seed"] + i)
-        seconds = time.perf_counter() - start
-        for k, v in (("kappa_cap", d.kappa_cap), ("frob2", d.frob2), ("erank", d.erank), ("r90", d.r90),
-                     ("cv", d.cv), ("products", d.products), ("seconds", seconds), ("forward_seconds", fwd)):
-            rows[k].append(v)
+        for k in SCALARS:
+            rows[k].append(getattr(d, k))
         sigma.append(d.sigma.numpy())
         curves.append(d.kappa_curve.numpy())
         energy.append(d.token_energy.numpy())
@@ -123,12 +107,10 @@ def run(ctx: StageContext) -> None:
             errors = power_errors(probe, r, power["q"], reference, power["reference_q"], est["seed"] + i)
             power_rows.append({"image": i, "reference": "dense" if reference is not None else f"q={power['reference_q']}",
                                **{f"q{q}": v for q, v in errors.items()}})
-        ctx.log.info("image %d: κ_cap(%d) %.3f erank %.1f r90 %d CV %.3f, %d products, %.0f forward-equivalents",
-                     i, r, d.kappa_cap, d.erank, d.r90, d.cv, d.products, seconds / fwd)
+        ctx.log.info("image %d: κ_cap(%d) %.3f erank %.1f r90 %d CV %.3f, %d products",
+                     i, r, d.kappa_cap, d.erank, d.r90, d.cv, d.products)
 
     summary = {k: summarize(v, boot["resamples"], boot["level"], boot["seed"]).as_dict() for k, v in rows.items()}
-    cost = np.asarray(rows["seconds"]) / np.asarray(rows["forward_seconds"])
-    summary["forward_equivalents"] = summarize(cost, boot["resamples"], boot["level"], boot["seed"]).as_dict()
     means = {k: summary[k]["mean"] for k in ("kappa_cap", "erank", "cv")}
     name_of_regime = regime(means["kappa_cap"], means["erank"], int(round(summary["r90"]["mean"])), means["cv"], M,
                             est["r"], **settings["regimes"])

@@ -50,6 +50,7 @@ from .linalg.sketch import block_krylov_svd, token_energy
 from .linalg.trace import rademacher
 
 R90_LEVEL = 0.90
+AUTO_TOL, AUTO_MAX_ITERS = 1e-3, 15  # power_iters="auto": the paper raises q until the subspace settles
 
 
 @dataclass
@@ -70,6 +71,7 @@ class Diagnosis:
     kappa_curve: Tensor
     jvps: int = 0
     vjps: int = 0
+    power_iters: int = 0
     r90_source: str = "exact"
     exact: bool = False
     budget: dict[str, int] = field(default_factory=dict)
@@ -108,6 +110,7 @@ def _r90_from_density(ritz2: Tensor, tail: Quadrature | None, frob2: float) -> t
     if hit is not None or tail is None:
         return (hit if hit is not None else ritz2.numel() + 1), "sketch"
     need = R90_LEVEL * frob2 - float(ritz2.sum())
+    taken = int((ritz2 > 1e-12 * ritz2[0]).sum())  # a closed Krylov space pads the basis with null directions
     m = tail.nodes.shape[0]
     theta, counts = tail.nodes.flatten(), tail.weights.flatten() / m  # eigenvalues θ, how many
     order = torch.argsort(theta, descending=True)
@@ -115,18 +118,20 @@ def _r90_from_density(ritz2: Tensor, tail: Quadrature | None, frob2: float) -> t
     energy = torch.cumsum(theta * counts, 0)
     k = int(torch.searchsorted(energy, torch.tensor(need, dtype=energy.dtype)))
     if k >= theta.numel():  # the estimated tail falls short of 0.90 T: count everything it holds
-        return ritz2.numel() + math.ceil(float(counts.sum())), "slq"
+        return taken + math.ceil(float(counts.sum())), "slq"
     before = float(energy[k - 1]) if k > 0 else 0.0
     extra = float(counts[:k].sum()) + (need - before) / float(theta[k])
-    return ritz2.numel() + max(1, math.ceil(extra)), "slq"
+    return taken + max(1, math.ceil(extra)), "slq"
 
 
 def diagnose(f: Callable[[Tensor], Tensor], F: Tensor, r: int = 20, num_probes: int = 100,
-             power_iters: int = 2, seed: int = 0, *, block: int | None = None, lanczos_steps: int = 2,
+             power_iters: int | str = 2, seed: int = 0, *, block: int | None = None, lanczos_steps: int = 2,
              probes_per_round: int = 8, kappa_atol: float = 0.005, entropy_atol: float = 0.02,
              linearize: bool = False) -> Diagnosis:
     """Matrix-free diagnostic of f: (N, D) -> (M,) at F (N, D); see the module docstring for the
-    product budget. Seeds: the sketch draws from ``seed``, the SLQ starts from ``seed + 1``."""
+    product budget. Seeds: the sketch draws from ``seed``, the SLQ starts from ``seed + 1``.
+    ``power_iters="auto"``: add Krylov rounds until the top-r subspace moves by less than 1e-3
+    (at most 15; the chosen q is ``Diagnosis.power_iters``)."""
     op = JacobianOperator(f, F, linearize=linearize)
     return diagnose_operator(op, r=r, num_probes=num_probes, power_iters=power_iters, seed=seed, block=block,
                              lanczos_steps=lanczos_steps, probes_per_round=probes_per_round,
@@ -169,14 +174,19 @@ def _concat(parts: list[Quadrature]) -> Quadrature:
                       products=sum(q.products for q in parts))
 
 
-def diagnose_operator(op: JacobianOperator, r: int = 20, num_probes: int = 100, power_iters: int = 2,
+def diagnose_operator(op: JacobianOperator, r: int = 20, num_probes: int = 100, power_iters: int | str = 2,
                       seed: int = 0, *, block: int | None = None, lanczos_steps: int = 2,
                       probes_per_round: int = 8, kappa_atol: float = 0.005,
                       entropy_atol: float = 0.02) -> Diagnosis:
     """``diagnose`` on an existing JacobianOperator (its counters keep running)."""
     N, D = op.in_shape
     jvps0, vjps0 = op.jvps, op.vjps
-    sk = block_krylov_svd(op, r, block=block, power_iters=power_iters, seed=seed)
+    if power_iters == "auto":
+        sk = block_krylov_svd(op, r, block=block, seed=seed, tol=AUTO_TOL, max_iters=AUTO_MAX_ITERS)
+    elif isinstance(power_iters, int) and power_iters >= 0:
+        sk = block_krylov_svd(op, r, block=block, power_iters=power_iters, seed=seed)
+    else:
+        raise ValueError(f"power_iters must be an integer ≥ 0 or 'auto', got {power_iters!r}")
     ritz2 = sk.ritz.pow(2)
     frob2, glogg = float(ritz2.sum()), float(xlogx(ritz2).sum())
     tail = None
@@ -192,7 +202,8 @@ def diagnose_operator(op: JacobianOperator, r: int = 20, num_probes: int = 100, 
     out = _summaries(sk.sigma, sk.V, frob2, N, D)
     return Diagnosis(frob2=frob2, erank=erank, r90=r90, products=op.products - jvps0 - vjps0,
                      jvps=op.jvps - jvps0, vjps=op.vjps - vjps0, r90_source=source, exact=sk.exact,
-                     budget={"sketch": sk.products, "slq": tail.products if tail else 0}, **out)
+                     power_iters=sk.power_iters, budget={"sketch": sk.products, "slq": tail.products if tail else 0},
+                     **out)
 
 
 # -- regimes (paper §4.3, Table 1) --------------------------------------------------------------

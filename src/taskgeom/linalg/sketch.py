@@ -137,7 +137,7 @@ def adaptive_power_iters(op: JacobianOperator, r: int, tol: float = 1e-3, max_it
 
 
 def block_krylov_svd(op: JacobianOperator, r: int, block: int | None = None, power_iters: int = 2,
-                     seed: int = 0) -> Sketch:
+                     seed: int = 0, tol: float | None = None, max_iters: int = 15) -> Sketch:
     """Top-r singular triplets of J from the block Krylov space
     K = [JᵀΩ, g JᵀΩ, …, gᵠ JᵀΩ] (Musco & Musco 2015, "Randomized block Krylov methods for
     stronger and faster approximate SVD").
@@ -148,21 +148,31 @@ def block_krylov_svd(op: JacobianOperator, r: int, block: int | None = None, pow
     (2q + 2)·b, half VJPs, half JVPs (120 at r = 20, q = 2, for a 60-column basis). At q = 0 it is
     ``randomized_svd`` at q = 0. Ω is Gaussian (M, b), drawn from ``seed``. When (q + 1)·b
     reaches min(M, N·D), J is read whole instead and the result is exact.
+
+    Adaptive mode (``tol`` set; ``power_iters`` is then ignored): add rounds until the top-r
+    subspace stops moving — 1 − alignment(V_q, V_{q−1}) < tol — or ``max_iters`` rounds. The
+    Rayleigh–Ritz step after each round is free (J K is known), so stopping at q costs what a
+    fixed q would. ``power_iters`` of the result is the q reached; ``alignments`` its history.
     """
     b = block or r
-    if r < 1 or b < 1 or (power_iters + 1) * b < r:
-        raise ValueError(f"block Krylov needs r ≥ 1 and (q + 1)·block ≥ r; got r={r}, block={b}, q={power_iters}")
+    rounds = max_iters if tol is not None else power_iters
+    if r < 1 or b < 1 or (rounds + 1) * b < r:
+        raise ValueError(f"block Krylov needs r ≥ 1 and (q + 1)·block ≥ r; got r={r}, block={b}, q={rounds}")
     full = min(op.in_dim, op.out_dim)
     r = min(r, full)
-    if (power_iters + 1) * b >= full:
+    if (power_iters + 1) * b >= full or (tol is not None and 2 * b >= full):
         return _exact_sketch(op, r)
     start = op.products
     gen = torch.Generator(device=op.device).manual_seed(seed)
     omega = torch.randn(op.out_dim, b, generator=gen, dtype=op.dtype, device=op.device)
     Z = _orth(op.rmm(omega))
     blocks, images = [Z], [op.mm(Z)]                   # K's blocks (N·D, b) and J K's (M, b)
-    for _ in range(power_iters):
+    alignments: list[float] = []
+    previous = _rayleigh_ritz(Z, images[0])[1][:, :r] if tol is not None else None
+    for q in range(1, rounds + 1):
         K = torch.cat(blocks, 1)
+        if K.shape[1] + b > full:                      # the basis cannot grow further
+            break
         W = op.rmm(images[-1])                         # g × the newest block
         for _ in range(2):                             # block Gram–Schmidt against K, twice
             W = W - K @ (K.T @ W)
@@ -170,9 +180,15 @@ def block_krylov_svd(op: JacobianOperator, r: int, block: int | None = None, pow
         Z = _orth(Z - K @ (K.T @ Z))                   # a closing Krylov space leaves W ≈ 0
         blocks.append(Z)
         images.append(op.mm(Z))
+        if tol is not None:
+            current = _rayleigh_ritz(torch.cat(blocks, 1), torch.cat(images, 1))[1][:, :r]
+            alignments.append(subspace_alignment(previous, current))
+            previous = current
+            if 1.0 - alignments[-1] < tol:
+                break
     ritz, V, JV = _rayleigh_ritz(torch.cat(blocks, 1), torch.cat(images, 1))
     return Sketch(sigma=ritz[:r], V=V[:, :r], Q=V, JQ=JV, ritz=ritz, products=op.products - start,
-                  power_iters=power_iters)
+                  power_iters=len(blocks) - 1, alignments=alignments)
 
 
 # -- spectral summaries (DESIGN.md, "Definitions") --------------------------------------------

@@ -46,7 +46,7 @@ def table1(results: list[dict], paper: dict, regimes: dict) -> pd.DataFrame:
             "erank": s["erank"]["mean"], "erank_ci": _interval(s["erank"]),
             "r90": s["r90"]["mean"], "r90_ci": _interval(s["r90"]),
             "regime": res["regime"], "architecture": res["architecture"],
-            "products": s["products"]["mean"], "forward_equivalents": s["forward_equivalents"]["mean"],
+            "products": s["products"]["mean"],
         })
     r = paper["settings"]["r"]
     for row in paper["rows"]:
