@@ -64,14 +64,14 @@ def planted(name: str, nonlinear: float = 0.0, seed: int = 0):
 
 def assert_matches(d: Diagnosis, e: Diagnosis, decaying: bool = True, check_cv: bool = True):
     """The tolerances of the brief: κ ±0.02 (decaying spectra), erank and CV within 10%,
-    r90 within ±1 when it lies within the sketch's basis; beyond it, r90 comes from the coarse
-    SLQ density of the tail (a handful of nodes per run), held to 15%."""
+    r90 within ±1 when it lies within the sketch's basis; beyond it, r90 comes from the SLQ
+    density of the residual (three nodes per run), held to 10%."""
     assert d.kappa_cap == pytest.approx(e.kappa_cap, abs=0.02 if decaying else 0.05)
     assert d.erank == pytest.approx(e.erank, rel=0.10)
     if check_cv:
         assert d.cv == pytest.approx(e.cv, rel=0.10, abs=1e-3)
     if d.r90_source == "slq":
-        assert e.r90 > d.sigma.numel() and abs(d.r90 - e.r90) <= max(1, 0.15 * e.r90)
+        assert e.r90 > d.sigma.numel() and abs(d.r90 - e.r90) <= max(1, 0.1 * e.r90)
     else:
         assert abs(d.r90 - e.r90) <= 1
     assert d.frob2 == pytest.approx(e.frob2, rel=0.03)
@@ -107,20 +107,20 @@ def test_diagnosis_fields_and_product_budget():
     torch.testing.assert_close(V.T @ V, torch.eye(20, dtype=DT), rtol=0, atol=1e-10)
     assert torch.all(d.sigma[:-1] >= d.sigma[1:]) and torch.all(d.kappa_curve[1:] >= d.kappa_curve[:-1])
     assert d.kappa_cap == float(d.kappa_curve[-1])
-    # block Krylov sketch (2q + 2)·b = 6·20 = 120; SLQ in rounds of 8 starts × (2s − 1) = 3 products
-    assert d.budget["sketch"] == 120 and d.budget["slq"] > 0 and d.budget["slq"] % 24 == 0
+    # block Krylov sketch (2q + 2)·b = 6·20 = 120; SLQ in rounds of 8 starts × (2s − 1) = 5 products
+    assert d.budget["sketch"] == 120 and d.budget["slq"] > 0 and d.budget["slq"] % 40 == 0
     assert d.products == d.jvps + d.vjps == sum(d.budget.values())
-    assert abs(d.jvps - d.vjps) == d.budget["slq"] // 3   # per Lanczos run: s products one way, s − 1 back
-    cheap = diagnose(f, F, num_probes=8, power_iters=1, block=10)
-    assert cheap.budget == {"sketch": 4 * 10, "slq": 24}
+    assert abs(d.jvps - d.vjps) == d.budget["slq"] // 5   # per Lanczos run: s products one way, s − 1 back
+    cheap = diagnose(f, F, num_probes=8, power_iters=1, block=10, lanczos_steps=2)
+    assert cheap.budget == {"sketch": 4 * 10, "slq": 8 * 3}
 
 
 def test_adaptive_rounds_stop_early_on_decaying_spectra_and_respect_the_cap():
     f, F = planted("moderate")
-    assert diagnose(f, F).budget["slq"] == 24                       # one round meets both tolerances
-    f, F = planted("flat")
+    assert diagnose(f, F).budget["slq"] == 40                       # one round meets both tolerances
+    f, F = planted("slow")
     strict = diagnose(f, F, kappa_atol=1e-9, entropy_atol=1e-9, num_probes=20)
-    assert strict.budget["slq"] == 20 * 3                           # never more than num_probes starts
+    assert strict.budget["slq"] == 20 * 5                           # never more than num_probes starts
 
 
 def test_diagnose_is_reproducible_by_seed():

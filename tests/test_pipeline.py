@@ -131,7 +131,7 @@ PERTURB = {  # one change under each params key a stage declares, and the stages
     "zoo.tiny-cls": (lambda p: p["zoo"]["tiny-cls"].update(lr=p["zoo"]["tiny-cls"]["lr"] * 2), {"zoo@tiny-cls"}),
     "zoo.tiny-mv": (lambda p: p["zoo"]["tiny-mv"].update(steps=p["zoo"]["tiny-mv"]["steps"] + 1), {"zoo@tiny-mv"}),
     "zoo.models": (lambda p: p["zoo"]["models"].reverse(), {"zoo-table"}),
-    "device": (lambda p: p.update(device="cpu"), {"zoo@tiny-cls", "zoo@tiny-dpt", "zoo@tiny-mv"}),
+    "device": (lambda p: p.update(device="cpu"), {"zoo@tiny-cls", "zoo@tiny-dpt", "zoo@tiny-mv", *PROBES}),
     "profile": (lambda p: p.update(profile="default"), {"report"}),
     "diagnose.probes.dpt-depth-l4": (lambda p: p["diagnose"]["probes"]["dpt-depth-l4"].update(layers=[3]),
                                      {"diagnose@dpt-depth-l4", "diagnose-tables"}),

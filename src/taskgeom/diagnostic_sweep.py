@@ -15,7 +15,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import torch
 import torch.nn.functional as F_
 from torch import Tensor
 
@@ -72,12 +71,11 @@ def run(ctx: StageContext) -> None:
     name = ctx.wildcard
     spec = settings["probes"][name]
     est, dense, power, boot = settings["estimator"], settings["dense"], settings["power_table"], settings["bootstrap"]
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    host = zoo.load(ctx.inputs["weights"], ctx.inputs["config"])
+    host = zoo.load(ctx.inputs["weights"], ctx.inputs["config"], ctx.device)
     metric = spec.get("output_metric", "euclidean")
     pm = ProbeMap(host, spec["decoder"], spec["layers"], "so3" if metric == "so3" else None)
     size = json.loads(Path(ctx.inputs["config"]).read_text())["architecture"].get("img_size")
-    images = probe_images(host, ctx.inputs, settings["images"], size)
+    images = probe_images(host, ctx.inputs, settings["images"], size).to(ctx.device)
     probe0 = pm.at(images[0])
     N, D = probe0.F.shape
     M = int(probe0.f(probe0.F).numel())
@@ -95,9 +93,9 @@ def run(ctx: StageContext) -> None:
                      seed=est["seed"] + i)
         for k in SCALARS:
             rows[k].append(getattr(d, k))
-        sigma.append(d.sigma.numpy())
-        curves.append(d.kappa_curve.numpy())
-        energy.append(d.token_energy.numpy())
+        sigma.append(d.sigma.cpu().numpy())
+        curves.append(d.kappa_curve.cpu().numpy())
+        energy.append(d.token_energy.cpu().numpy())
         reference = None
         if use_dense and i < dense["images"]:
             e = diagnose_exact(probe.f, probe.F, r=est["r"])

@@ -146,7 +146,7 @@ STAGES: tuple[Stage, ...] = (
               "weights": "data/zoo/{probe.model}/model.safetensors", "config": "data/zoo/{probe.model}/config.json"},
         outs={"summary": "results/diagnose/probes/{probe}.json", "arrays": "results/diagnose/probes/{probe}.h5"},
         params=("diagnose.probes.{probe}", "diagnose.images", "diagnose.estimator", "diagnose.dense",
-                "diagnose.power_table", "diagnose.bootstrap", "diagnose.regimes"),
+                "diagnose.power_table", "diagnose.bootstrap", "diagnose.regimes", "device"),
         code=(f"{PKG}/diagnostic_sweep.py", f"{PKG}/diagnostics.py", f"{PKG}/probes.py",
               *(f"{PKG}/linalg/{m}.py" for m in ("operator", "sketch", "trace", "lanczos", "dense")),
               f"{PKG}/evaluate/stats.py", f"{PKG}/models/host.py"),
