@@ -110,29 +110,33 @@ def diagnose_exact(f: Callable[[Tensor], Tensor], F: Tensor, r: int = 20) -> Dia
 def _r90_from_density(ritz2: Tensor, tail: Quadrature | None, frob2: float) -> tuple[int, str]:
     """r_0.90 from the Ritz values ritz2 (ℓ,) = σ̂_i² and the SLQ density of the residual.
 
-    When the Ritz values alone reach 0.90·‖J‖_F², r_0.90 is read off them ("sketch"). Otherwise
-    the spectrum is estimated as one density — each Ritz value one eigenvalue, each quadrature node
-    θ of the residual (its weight / m) eigenvalues of size θ — sorted descending, and r_0.90 is how
-    many eigenvalues it takes to hold 0.90 of the energy ("slq"). Merging matters when the basis is
-    not invariant: the residual then holds parts of directions larger than the last Ritz values.
+    The spectrum is estimated as one density — each Ritz value one eigenvalue, each quadrature
+    node θ of the residual (its weight / m) eigenvalues of size θ — sorted descending, and r_0.90
+    is how many eigenvalues it takes to hold 0.90 of ‖J‖_F². Merging matters when the basis is not
+    invariant: Ritz values are then lower bounds (interlacing), and the residual holds parts of
+    directions larger than the last of them. ``"sketch"`` when only Ritz values were counted.
     """
-    hit = first_reaching(torch.cumsum(ritz2, 0) / frob2, R90_LEVEL) if frob2 > 0 else 1
-    if hit is not None or tail is None:
+    if frob2 <= 0:
+        return 1, "sketch"
+    if tail is None:  # an exact sketch, or no stochastic stage
+        hit = first_reaching(torch.cumsum(ritz2, 0) / frob2, R90_LEVEL)
         return (hit if hit is not None else ritz2.numel() + 1), "sketch"
     m = tail.nodes.shape[0]
     theta = torch.cat([ritz2, tail.nodes.flatten()])
     counts = torch.cat([torch.ones_like(ritz2), tail.weights.flatten() / m])
+    from_ritz = torch.cat([torch.ones_like(ritz2, dtype=torch.bool), torch.zeros_like(tail.nodes.flatten(), dtype=torch.bool)])
     keep = theta > 1e-12 * float(theta.max())     # zero eigenvalues hold no energy (and null directions)
-    theta, counts = theta[keep], counts[keep]
-    order = torch.argsort(theta, descending=True)
-    theta, counts = theta[order], counts[order]
+    theta, counts, from_ritz = theta[keep], counts[keep], from_ritz[keep]
+    order = torch.argsort(theta, descending=True, stable=True)
+    theta, counts, from_ritz = theta[order], counts[order], from_ritz[order]
     energy = torch.cumsum(theta * counts, 0)
     need = R90_LEVEL * frob2
     k = int(torch.searchsorted(energy, torch.tensor(need, dtype=energy.dtype)))
     if k >= theta.numel():  # the estimated density falls short of 0.90 T: count everything it holds
         return math.ceil(float(counts.sum())), "slq"
     before = float(energy[k - 1]) if k > 0 else 0.0
-    return max(1, math.ceil(float(counts[:k].sum()) + (need - before) / float(theta[k]))), "slq"
+    source = "sketch" if bool(from_ritz[: k + 1].all()) else "slq"
+    return max(1, math.ceil(float(counts[:k].sum()) + (need - before) / float(theta[k]) - 1e-9)), source
 
 
 def diagnose(f: Callable[[Tensor], Tensor], F: Tensor, r: int = 20, num_probes: int = 100,

@@ -146,8 +146,9 @@ def block_krylov_svd(op: JacobianOperator, r: int, block: int | None = None, pow
     ``power_iters``, re-orthonormalised every round, but every block is kept: Rayleigh–Ritz runs
     on all (q + 1)·b columns, whose images J K the passes have already computed. Products:
     (2q + 2)·b, half VJPs, half JVPs (120 at r = 20, q = 2, for a 60-column basis). At q = 0 it is
-    ``randomized_svd`` at q = 0. Ω is Gaussian (M, b), drawn from ``seed``. When (q + 1)·b
-    reaches min(M, N·D), J is read whole instead and the result is exact.
+    ``randomized_svd`` at q = 0. Ω is Gaussian (M, b), drawn from ``seed``. When min(M, N·D) is
+    at most the (2q + 2)·b products the passes would cost, J is read whole instead (min(M, N·D)
+    products) and the result is exact.
 
     Adaptive mode (``tol`` set; ``power_iters`` is then ignored): add rounds until the top-r
     subspace stops moving — 1 − alignment(V_q, V_{q−1}) < tol — or ``max_iters`` rounds. The
@@ -160,7 +161,8 @@ def block_krylov_svd(op: JacobianOperator, r: int, block: int | None = None, pow
         raise ValueError(f"block Krylov needs r ≥ 1 and (q + 1)·block ≥ r; got r={r}, block={b}, q={rounds}")
     full = min(op.in_dim, op.out_dim)
     r = min(r, full)
-    if (power_iters + 1) * b >= full or (tol is not None and 2 * b >= full):
+    least = 1 if tol is not None else power_iters     # the fewest rounds this call will run
+    if full <= (2 * least + 2) * b:  # reading J whole is no dearer than the passes, and exact
         return _exact_sketch(op, r)
     start = op.products
     gen = torch.Generator(device=op.device).manual_seed(seed)
