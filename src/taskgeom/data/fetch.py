@@ -9,15 +9,12 @@ splits drop the V axis. The same scene index is the same scene at every resoluti
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from ..report.figures import plt, save_figure
 from ..report.tables import write_table
-from ..runtime import StageContext, atomic_path
+from ..runtime import StageContext
 from .hdf5 import ResumableH5, open_store
 from .world import CLASS_NAMES, WorldSpec, render_split
 
@@ -150,11 +147,7 @@ def draw_samples(ctx: StageContext, count: int = 4) -> None:
         axes[3, v].set_title(f"view {v}", fontsize=8)
     for row, name in enumerate(("RGB", "depth (m)", "line drawing", "multi-view group")):
         axes[row, 0].text(-0.08, 0.5, name, transform=axes[row, 0].transAxes, rotation=90, va="center", ha="right")
-    fig.tight_layout()
-    for key, fmt in (("figure_png", "png"), ("figure_pdf", "pdf")):
-        with atomic_path(ctx.outputs[key]) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=110, metadata={"CreationDate": None} if fmt == "pdf" else None)
-    plt.close(fig)
+    save_figure(fig, ctx.outputs["figure_png"], ctx.outputs["figure_pdf"])
 
 
 def run(ctx: StageContext) -> None:

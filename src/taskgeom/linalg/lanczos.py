@@ -30,9 +30,9 @@ from .trace import rademacher
 
 @dataclass
 class Quadrature:
-    """Gauss quadrature rules of ``num_probes`` Lanczos runs: nodes (m, s) ≥ 0 and weights
-    (m, s) with Σ_k weights[j, k] φ(nodes[j, k]) ≈ z_jᵀ P φ(g) P z_j. Weights include ‖P z_j‖²,
-    so weights.sum(1).mean() estimates tr P (the number of eigenvalues the tail holds)."""
+    """Gauss quadrature rules of m Lanczos runs: nodes (m, s) ≥ 0 and weights (m, s) with
+    Σ_k weights[j, k] φ(nodes[j, k]) ≈ z_jᵀ φ(A) z_j (A = P g P, or J P Jᵀ on the output side).
+    Weights include ‖z_j‖², so weights.sum(1).mean() estimates the dimension of A's side."""
 
     nodes: Tensor
     weights: Tensor

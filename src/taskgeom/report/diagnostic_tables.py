@@ -98,8 +98,7 @@ def output_metric_table(results: list[dict], arrays: dict[str, Path], paper: dic
                      "spearman_rho": rho_s.mean, "spearman_rho_ci": f"[{rho_s.low:.3g}, {rho_s.high:.3g}]",
                      "top_half_agreement": float(np.mean(top)), "images": n})
     rows.append({"source": "paper", "probes": "VGGT camera: Euclidean vs SO(3)", "kappa_cap_so3": paper["kappa_cap"],
-                 "spearman_rho": paper["ranking_spearman_vs_euclidean"],
-                 "top_half_agreement": None, "top50_agreement": paper["top50_agreement"]})
+                 "spearman_rho": paper["ranking_spearman_vs_euclidean"], "top50_agreement": paper["top50_agreement"]})
     return pd.DataFrame(rows)
 
 
