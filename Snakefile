@@ -24,6 +24,8 @@ taskgeom_config.validate(config, "params.yaml")
 wildcard_constraints:
     model="[a-z0-9][a-z0-9-]*",
     probe="[a-z0-9][a-z0-9-]*",
+    head="[a-z0-9][a-z0-9-]*",
+    vae="[a-z0-9][a-z0-9-]*",
 
 
 rule all:
@@ -35,4 +37,5 @@ rule all:
 include: "rules/data.smk"
 include: "rules/zoo.smk"
 include: "rules/diagnose.smk"
+include: "rules/learn.smk"
 include: "rules/report.smk"

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.pipeline
 
 TABLES = ("results/zoo_table.csv", "results/data/summary.csv", "results/REPORT.md",
           *(f"results/diagnose/{t}.csv" for t in ("table1", "power_iterations", "output_metric", "accuracy")),
-          "results/diagnose/probes/mv-depth-reads.json")
+          "results/diagnose/probes/mv-depth-reads.json",
+          *(f"results/metric/{t}.csv" for t in ("importance", "head_ablations", "table13", "vae")))
 
 
 def snakemake_jobs(repo: Path) -> dict[str, dict]:
@@ -106,6 +107,13 @@ def test_snakemake_run_leaves_the_tables_and_nothing_to_do(smoke: Path):
     assert ours.loc["mv-camera-l7", "regime"] == "rank-bounded"       # M = 2 views × 9 ≤ r
     assert ours["kappa_cap"].between(0, 1).all() and (ours["erank"] >= 1).all()
     assert (table1.source == "paper").sum() == 6
+    assert "## Table 13: the SPN from RandNLA vs exact supervision" in report and "importance_maps.png" in report
+    heads = pd.read_csv(smoke / "results/metric/importance.csv")
+    assert set(heads[heads.source == "ours"]["head"]) == {"cls-embed-l4", "dpt-depth-l4", "dpt-block-norm"}
+    assert heads["rho"].between(-1, 1).all()
+    t13 = pd.read_csv(smoke / "results/metric/table13.csv")
+    assert set(t13[t13.source == "ours"]["supervision"]) == {"random-init", "exact", "q1", "q2"}
+    assert t13["v1"].between(0, 1 + 1e-6).all()
     dry = run(["snakemake", "-n"], smoke)
     assert "Nothing to be done" in dry.stdout + dry.stderr
     for rel in ("logs/fetch.log", "logs/zoo/tiny-cls.log", "logs/benchmarks/zoo/tiny-cls.tsv"):
@@ -123,24 +131,40 @@ def test_dvc_repro_reproduces_snakemake_byte_for_byte_and_is_clean(smoke: Path):
     assert json.loads(status.stdout) == {}
 
 
-PROBES = [f"diagnose@{name}" for name in
-          yaml.safe_load((Path(__file__).parents[1] / "params/smoke.yaml").read_text())["diagnose"]["probes"]]
+SMOKE = yaml.safe_load((Path(__file__).parents[1] / "params/smoke.yaml").read_text())
+PROBES = [f"diagnose@{name}" for name in SMOKE["diagnose"]["probes"]]
+TARGETS = {f"targets@{name}" for name in SMOKE["learn"]["probes"]}
+HEADS = {f"head@{name}" for name in SMOKE["learn"]["heads"]}
+SPNS = {f"spn@{name}" for name in SMOKE["learn"]["spn"]}
 PERTURB = {  # one change under each params key a stage declares, and the stages that read it
     "world": (lambda p: p["world"].update(seed=p["world"]["seed"] + 1), {"fetch"}),
     "real": (lambda p: p["real"].update(imagenet_val="/nonexistent"), {"fetch"}),
     "zoo.tiny-cls": (lambda p: p["zoo"]["tiny-cls"].update(lr=p["zoo"]["tiny-cls"]["lr"] * 2), {"zoo@tiny-cls"}),
     "zoo.tiny-mv": (lambda p: p["zoo"]["tiny-mv"].update(steps=p["zoo"]["tiny-mv"]["steps"] + 1), {"zoo@tiny-mv"}),
     "zoo.models": (lambda p: p["zoo"]["models"].reverse(), {"zoo-table"}),
-    "device": (lambda p: p.update(device="cpu"), {"zoo@tiny-cls", "zoo@tiny-dpt", "zoo@tiny-mv", *PROBES}),
+    "device": (lambda p: p.update(device="cpu"), {"zoo@tiny-cls", "zoo@tiny-dpt", "zoo@tiny-mv", *PROBES, "vae@mv-depth",
+                                                  *TARGETS, *HEADS, *SPNS}),
     "profile": (lambda p: p.update(profile="default"), {"report"}),
     "diagnose.probes.dpt-depth-l4": (lambda p: p["diagnose"]["probes"]["dpt-depth-l4"].update(layers=[3]),
                                      {"diagnose@dpt-depth-l4", "diagnose-tables"}),
     "diagnose.images": (lambda p: p["diagnose"].update(images=1), set(PROBES)),
-    "diagnose.estimator": (lambda p: p["diagnose"]["estimator"].update(seed=1), {*PROBES, "diagnose-tables"}),
+    "diagnose.estimator": (lambda p: p["diagnose"]["estimator"].update(seed=1), {*PROBES, "diagnose-tables", "vae@mv-depth"}),
     "diagnose.dense": (lambda p: p["diagnose"]["dense"].update(images=0), set(PROBES)),
     "diagnose.power_table": (lambda p: p["diagnose"]["power_table"].update(q=[0, 2]), set(PROBES)),
     "diagnose.bootstrap": (lambda p: p["diagnose"]["bootstrap"].update(seed=1), {*PROBES, "diagnose-tables"}),
     "diagnose.regimes": (lambda p: p["diagnose"]["regimes"].update(cv_high=2.0), {*PROBES, "diagnose-tables"}),
+    "vae.mv-depth": (lambda p: p["vae"]["mv-depth"].update(beta=0.1), {"vae@mv-depth"}),
+    "learn.r": (lambda p: p["learn"].update(r=6), TARGETS),
+    "learn.targets": (lambda p: p["learn"]["targets"].update(block=2), TARGETS),
+    "learn.targets.power_iters": (lambda p: p["learn"]["targets"].update(power_iters=3), {*TARGETS, *HEADS, *SPNS}),
+    "learn.probes.dpt-depth-l4": (lambda p: p["learn"]["probes"]["dpt-depth-l4"].update(layers=[3]),
+                                  {"targets@dpt-depth-l4"}),
+    "learn.bootstrap": (lambda p: p["learn"]["bootstrap"].update(seed=1), {"vae@mv-depth", *HEADS, *SPNS}),
+    "learn.spn.mv-depth-latent": (lambda p: p["learn"]["spn"]["mv-depth-latent"].update(steps=11),
+                                  {"spn@mv-depth-latent"}),
+    "learn.head_defaults": (lambda p: p["learn"]["head_defaults"].update(lr=0.001), HEADS),
+    "learn.heads.dpt-block-norm": (lambda p: p["learn"]["heads"]["dpt-block-norm"].update(w_rank=1.0),
+                                   {"head@dpt-block-norm"}),
 }
 
 
@@ -193,6 +217,23 @@ def test_changing_one_model_reruns_only_it_and_its_dependents(smoke: Path):
         out = run(["dvc", "repro"], smoke).stdout
         assert "Running stage 'zoo@tiny-cls'" in out and "Running stage 'fetch'" not in out
         assert all(p.stat().st_mtime_ns == t for p, t in stamp.items())
+        assert json.loads(run(["dvc", "status", "--json"], smoke).stdout) == {}
+    finally:
+        params_path.write_text(original)
+        run(["dvc", "repro"], smoke)
+
+
+def test_changing_a_head_hyperparameter_reruns_the_head_and_its_dependents_not_the_targets(smoke: Path):
+    params_path = smoke / "params.yaml"
+    original = params_path.read_text()
+    params = yaml.safe_load(original)
+    params["learn"]["heads"]["dpt-block-norm"]["width"] = 8
+    params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        out = run(["dvc", "repro"], smoke).stdout
+        ran = set(re.findall(r"Running stage '([^']+)'", out))
+        assert {"head@dpt-block-norm", "metric-tables", "report"} <= ran
+        assert not any(s.startswith(("targets@", "spn@", "vae@", "zoo@")) or s == "head@dpt-depth-l4" for s in ran), ran
         assert json.loads(run(["dvc", "status", "--json"], smoke).stdout) == {}
     finally:
         params_path.write_text(original)

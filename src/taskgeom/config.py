@@ -73,11 +73,40 @@ def cross_checks(params: dict) -> list[str]:
             problems.append(f"{key}.layers: {probe['layers']} must be below depth {cfg['depth']}")
         if probe.get("output_metric") == "so3" and probe["decoder"] != "camera":
             problems.append(f"{key}.output_metric: so3 applies to the camera decoder only")
+    problems += learn_checks(params)
     world = params["world"]
     for key in ("num_objects", "fov_deg"):
         lo, hi = world[key]
         if lo > hi:
             problems.append(f"world.{key}: lower bound {lo} exceeds upper bound {hi}")
+    return problems
+
+
+def learn_checks(params: dict) -> list[str]:
+    """Cross-references of the vae and learn sections."""
+    problems = []
+    zoo, learn = params["zoo"], params["learn"]
+    for name, cfg in params["vae"].items():
+        if cfg["model"] not in zoo["models"]:
+            problems.append(f"vae.{name}.model: {cfg['model']!r} is not a zoo model")
+    for name, probe in learn["probes"].items():
+        kind, host = probe["host"].split("/", 1)
+        if kind == "zoo" and host not in zoo["models"]:
+            problems.append(f"learn.probes.{name}.host: {host!r} is not a zoo model")
+        if kind == "vae" and host not in params["vae"]:
+            problems.append(f"learn.probes.{name}.host: no VAE {host!r} under vae")
+        if kind == "vae" and probe["layers"] is not None:
+            problems.append(f"learn.probes.{name}.layers: a VAE host is probed at its registers; use null")
+    for name in learn["spn"]:
+        if name not in learn["probes"]:
+            problems.append(f"learn.spn.{name}: not a probe of learn.probes")
+    for name, head in learn["heads"].items():
+        if head["probe"] not in learn["probes"]:
+            problems.append(f"learn.heads.{name}.probe: {head['probe']!r} is not a probe of learn.probes")
+        train = {**learn["head_defaults"], **head}["train_images"]
+        probe = learn["probes"].get(head["probe"], {})
+        if train > {**learn["targets"]["images"], **probe.get("images", {})}["train"]:
+            problems.append(f"learn.heads.{name}.train_images: {train} exceeds the probe's training images")
     return problems
 
 

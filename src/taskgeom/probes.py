@@ -99,6 +99,19 @@ class ProbeMap:
         return self.output_metric.to(y) @ y
 
 
+def probe_map(host, decoder: str, layers: Sequence[int] | None = None,
+              output_metric: Tensor | Callable[[Tensor], Tensor] | str | None = None):
+    """The probe map of any host: a ``ProbeMap``, or for a host with a VAE bottleneck
+    (``taskgeom.metric.vae.LatentHost``) the probe at its latent registers."""
+    from .metric.vae import LatentHost, LatentProbeMap
+
+    if isinstance(host, LatentHost):
+        if layers is not None or output_metric is not None:
+            raise ValueError("a latent probe reads the VAE registers: layers and output_metric must be null")
+        return LatentProbeMap(host, decoder)
+    return ProbeMap(host, decoder, layers, output_metric)
+
+
 def so3_camera_metric(y0: Tensor) -> Tensor:
     """y0 (V·9,) camera encodings (translation 3, quaternion 4, field of view 2 per view, see
     ``taskgeom.evaluate.tasks.pose_encoding``) -> L (V·9, V·9), block diagonal.

@@ -77,8 +77,11 @@ WORLD_FILES = {
     "mv_test": "data/world/mv_test.h5",
 }
 
+TARGET_SPLITS = ("train", "val", "test")
 PARAMS_OK = "data/params.ok"
 DIAGNOSTIC_TABLES = ("table1", "power_iterations", "output_metric", "accuracy")
+METRIC_TABLES = ("importance", "head_ablations", "table13", "vae")
+METRIC_FIGURES = ("importance_maps", "training_curves")
 
 STAGES: tuple[Stage, ...] = (
     Stage(
@@ -175,6 +178,97 @@ STAGES: tuple[Stage, ...] = (
         code=(f"{PKG}/report/diagnostic_tables.py", f"{PKG}/report/tables.py", f"{PKG}/report/figures.py"),
     ),
     Stage(
+        name="vae",
+        runner="taskgeom.metric.train_vae:run",
+        help="Train a VAE bottleneck before a dense decoder; report reconstruction quality and the latent "
+             "probe's diagnostic beside the original probe's (paper §6).",
+        deps={"params_ok": PARAMS_OK, "mv_train": WORLD_FILES["mv_train"], "mv_test": WORLD_FILES["mv_test"],
+              "weights": "data/zoo/{vae.model}/model.safetensors", "config": "data/zoo/{vae.model}/config.json"},
+        outs={"weights": "data/vae/{vae}/model.safetensors", "config": "data/vae/{vae}/config.json",
+              "metrics": "results/vae/{vae}.json", "curve": "results/vae/{vae}_curve.csv"},
+        params=("vae.{vae}", "diagnose.estimator", "learn.bootstrap", "device"),
+        code=(f"{PKG}/metric/train_vae.py", f"{PKG}/metric/vae.py", f"{PKG}/metric/fit.py", f"{PKG}/models/host.py",
+              f"{PKG}/diagnostics.py", f"{PKG}/probes.py"),
+        wildcard="vae",
+        foreach="vae",
+        keyed=True,
+        threads=2,
+        mem_mb=6000,
+        runtime=60,
+        gpu=True,
+    ),
+    Stage(
+        name="targets",
+        runner="taskgeom.targets:run",
+        help="Cache one probe's Jacobian targets (RandNLA top-r modes at q = 1 and params' q, e_t, ‖J_t‖_F², "
+             "dense ones when small) for its train / val / test images in HDF5, resumably.",
+        deps={"params_ok": PARAMS_OK, **WORLD_FILES,
+              "weights": "data/{probe.host}/model.safetensors", "config": "data/{probe.host}/config.json"},
+        outs={split: f"data/targets/{{probe}}/{split}.h5" for split in TARGET_SPLITS},
+        params=("learn.probes.{probe}", "learn.targets", "learn.r", "device"),
+        code=(f"{PKG}/targets.py", f"{PKG}/probes.py", f"{PKG}/data/hdf5.py", f"{PKG}/metric/vae.py",
+              *(f"{PKG}/linalg/{m}.py" for m in ("operator", "sketch", "trace"))),
+        wildcard="probe",
+        foreach="learn.probes",
+        keyed=True,
+        threads=2,
+        mem_mb=8000,
+        runtime=120,
+        gpu=True,
+    ),
+    Stage(
+        name="spn",
+        runner="taskgeom.metric.train_spn:run",
+        help="Train one probe's Spectral Pullback Network from exact and RandNLA (q = 1, params' q) targets; "
+             "subspace alignment V1 on held-out images against a random-init floor (Table 13).",
+        deps={"params_ok": PARAMS_OK, "train": "data/targets/{probe}/train.h5", "test": "data/targets/{probe}/test.h5"},
+        outs={"weights": "data/spn/{probe}/model.safetensors", "config": "data/spn/{probe}/config.json",
+              "metrics": "results/spn/{probe}.json", "curve": "results/spn/{probe}_curve.csv"},
+        params=("learn.spn.{probe}", "learn.targets.power_iters", "learn.bootstrap", "device"),
+        code=(f"{PKG}/metric/train_spn.py", f"{PKG}/metric/spn.py", f"{PKG}/metric/fit.py", f"{PKG}/targets.py"),
+        wildcard="probe",
+        foreach="learn.spn",
+        keyed=True,
+        threads=2,
+        runtime=60,
+        gpu=True,
+    ),
+    Stage(
+        name="head",
+        runner="taskgeom.metric.train_head:run",
+        help="Train one importance-head configuration over its seeds; Spearman ρ against its target on "
+             "held-out images (§5.4, App. F ablations).",
+        deps={"params_ok": PARAMS_OK, **{split: f"data/targets/{{head.probe}}/{split}.h5" for split in TARGET_SPLITS}},
+        outs={"weights": "data/heads/{head}/model.safetensors", "config": "data/heads/{head}/config.json",
+              "metrics": "results/heads/{head}.json", "curve": "results/heads/{head}_curve.csv"},
+        params=("learn.heads.{head}", "learn.head_defaults", "learn.targets.power_iters", "learn.bootstrap", "device"),
+        code=(f"{PKG}/metric/train_head.py", f"{PKG}/metric/head.py", f"{PKG}/metric/fit.py", f"{PKG}/targets.py"),
+        wildcard="head",
+        foreach="learn.heads",
+        keyed=True,
+        threads=2,
+        runtime=60,
+        gpu=True,
+    ),
+    Stage(
+        name="metric-tables",
+        runner="taskgeom.report.metric_tables:run",
+        help="Importance-head ρ per probe, its ablations, Table 13 (SPN V1), the VAE comparison, beside the "
+             "paper's figures; importance maps and training curves.",
+        deps={"params_ok": PARAMS_OK,
+              "heads": Collect("results/heads/{item}.json", over="learn.heads"),
+              "head_curves": Collect("results/heads/{item}_curve.csv", over="learn.heads"),
+              "spn": Collect("results/spn/{item}.json", over="learn.spn"),
+              "spn_curves": Collect("results/spn/{item}_curve.csv", over="learn.spn"),
+              "vae": Collect("results/vae/{item}.json", over="vae"),
+              "vae_curves": Collect("results/vae/{item}_curve.csv", over="vae"),
+              "test": WORLD_FILES["test"],
+              "paper_numbers": "references/paper_numbers.yaml"},
+        outs={**{f"{t}_{ext}": f"results/metric/{t}.{ext}" for t in METRIC_TABLES for ext in ("csv", "md", "tex")},
+              **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in METRIC_FIGURES for ext in ("png", "pdf")}},
+        code=(f"{PKG}/report/metric_tables.py", f"{PKG}/report/tables.py", f"{PKG}/report/figures.py"),
+    ),
+    Stage(
         name="report",
         runner="taskgeom.report.report:run",
         help="Assemble every table that exists into results/REPORT.md, beside the paper's figures.",
@@ -183,6 +277,7 @@ STAGES: tuple[Stage, ...] = (
             "zoo_table": "results/zoo_table.csv",
             "data_summary": "results/data/summary.csv",
             **{f"diagnose_{t}": f"results/diagnose/{t}.csv" for t in DIAGNOSTIC_TABLES},
+            **{f"metric_{t}": f"results/metric/{t}.csv" for t in METRIC_TABLES},
             "paper_numbers": "references/paper_numbers.yaml",
         },
         outs={"report": "results/REPORT.md"},

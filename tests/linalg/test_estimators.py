@@ -235,3 +235,17 @@ def test_spectral_summaries_follow_the_definitions():
     assert subspace_alignment(V, V) == pytest.approx(1.0)
     W = torch.linalg.qr(torch.randn(Nt * Dt, 8, dtype=DT)).Q
     assert subspace_alignment(W[:, :4], W[:, 4:]) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_power_iteration_path_gives_each_q_what_a_separate_run_gives():
+    from taskgeom.linalg import randomized_svd_path
+
+    torch.manual_seed(0)
+    A = torch.randn(40, 30, dtype=torch.float64) * torch.logspace(0, -3, 30, dtype=torch.float64)
+    op = JacobianOperator(lambda F: A @ F.flatten(), torch.randn(6, 5, dtype=torch.float64))
+    path = randomized_svd_path(op, 4, (1, 3), oversample=2, seed=7)
+    assert op.products == (2 * 3 + 2) * 6
+    for q in (1, 3):
+        alone = randomized_svd(JacobianOperator(op.f, op.F), 4, 2, q, seed=7)
+        torch.testing.assert_close(path[q].sigma, alone.sigma)
+        torch.testing.assert_close(path[q].V.abs(), alone.V.abs())

@@ -12,13 +12,13 @@ from .dense import dense_jacobian, exact_spectrum
 from .lanczos import (Quadrature, SLQResult, entropy_from_traces, lanczos_quadrature, slq_erank, smaller_side,
                       xlogx)
 from .operator import JacobianOperator
-from .sketch import (Sketch, adaptive_power_iters, block_krylov_svd, cv, kappa_curve, r90, randomized_svd, subspace_alignment,
+from .sketch import (Sketch, adaptive_power_iters, block_krylov_svd, cv, exact_sketch, kappa_curve, r90, randomized_svd, randomized_svd_path, subspace_alignment,
                      token_energy)
 from .trace import TraceEstimate, hutchinson, hutchpp, rademacher
 
 __all__ = [
     "JacobianOperator", "dense_jacobian", "exact_spectrum",
-    "Sketch", "randomized_svd", "adaptive_power_iters", "block_krylov_svd",
+    "Sketch", "exact_sketch", "randomized_svd", "randomized_svd_path", "adaptive_power_iters", "block_krylov_svd",
     "TraceEstimate", "hutchinson", "hutchpp", "rademacher",
     "Quadrature", "SLQResult", "lanczos_quadrature", "slq_erank", "smaller_side", "entropy_from_traces", "xlogx",
     "kappa_curve", "r90", "token_energy", "cv", "subspace_alignment",

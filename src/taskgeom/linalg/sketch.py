@@ -52,12 +52,14 @@ def _rayleigh_ritz(Q: Tensor, JQ: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return S, Q @ Wh.T, U * S
 
 
-def _exact_sketch(op: JacobianOperator, r: int) -> Sketch:
-    """ℓ ≥ min(M, N·D): read J whole with min(M, N·D) products and take its SVD."""
+def exact_sketch(op: JacobianOperator, r: int, chunk: int = 32) -> Sketch:
+    """ℓ ≥ min(M, N·D): read J whole with min(M, N·D) products and take its SVD. Products go in
+    blocks of ``chunk`` (a block of hundreds is slower on CPU: its intermediates leave the cache)."""
     n, m = op.in_dim, op.out_dim
     start = op.products
     eye = torch.eye(min(n, m), dtype=op.dtype, device=op.device)
-    J = op.rmm(eye).T if m <= n else op.mm(eye)  # (M, N·D)
+    blocks = [eye[:, i:i + chunk] for i in range(0, eye.shape[1], chunk)]
+    J = torch.cat([op.rmm(b) for b in blocks], 1).T if m <= n else torch.cat([op.mm(b) for b in blocks], 1)  # (M, N·D)
     U, S, Vh = torch.linalg.svd(J, full_matrices=False)
     V = Vh.T
     return Sketch(sigma=S[:r], V=V[:, :r], Q=V, JQ=U * S, ritz=S, products=op.products - start,
@@ -99,7 +101,7 @@ def randomized_svd(op: JacobianOperator, r: int, oversample: int = 10, power_ite
     """
     r, ell = _width(op, r, oversample)
     if ell == min(op.in_dim, op.out_dim):
-        return _exact_sketch(op, r)
+        return exact_sketch(op, r)
     start = op.products
     for q, (Z, Y) in enumerate(_power_rounds(op, ell, seed)):
         if q == power_iters:
@@ -107,6 +109,26 @@ def randomized_svd(op: JacobianOperator, r: int, oversample: int = 10, power_ite
     ritz, V, JV = _rayleigh_ritz(Z, Y)
     return Sketch(sigma=ritz[:r], V=V[:, :r], Q=V, JQ=JV, ritz=ritz, products=op.products - start,
                   power_iters=power_iters)
+
+
+def randomized_svd_path(op: JacobianOperator, r: int, qs: tuple[int, ...], oversample: int = 10,
+                        seed: int = 0) -> dict[int, Sketch]:
+    """``randomized_svd`` at every q in ``qs`` from one run of the power rounds: the result at q is
+    the one ``randomized_svd(power_iters=q)`` gives with the same seed, and the whole path costs
+    what the largest q alone costs, (2·max(qs) + 2)·ℓ products."""
+    r, ell = _width(op, r, oversample)
+    if ell == min(op.in_dim, op.out_dim):
+        exact = exact_sketch(op, r)
+        return {q: exact for q in qs}
+    start, out = op.products, {}
+    for q, (Z, Y) in enumerate(_power_rounds(op, ell, seed)):
+        if q in qs:
+            ritz, V, JV = _rayleigh_ritz(Z, Y)
+            out[q] = Sketch(sigma=ritz[:r], V=V[:, :r], Q=V, JQ=JV, ritz=ritz, products=op.products - start,
+                            power_iters=q)
+        if q == max(qs):
+            return out
+    raise AssertionError("unreachable")
 
 
 def adaptive_power_iters(op: JacobianOperator, r: int, tol: float = 1e-3, max_iters: int = 15,
@@ -121,7 +143,7 @@ def adaptive_power_iters(op: JacobianOperator, r: int, tol: float = 1e-3, max_it
     """
     r, ell = _width(op, r, oversample)
     if ell == min(op.in_dim, op.out_dim):
-        return _exact_sketch(op, r)
+        return exact_sketch(op, r)
     start = op.products
     previous: Tensor | None = None
     alignments: list[float] = []
@@ -163,7 +185,7 @@ def block_krylov_svd(op: JacobianOperator, r: int, block: int | None = None, pow
     r = min(r, full)
     least = 1 if tol is not None else power_iters     # the fewest rounds this call will run
     if full <= (2 * least + 2) * b:  # reading J whole is no dearer than the passes, and exact
-        return _exact_sketch(op, r)
+        return exact_sketch(op, r)
     start = op.products
     gen = torch.Generator(device=op.device).manual_seed(seed)
     omega = torch.randn(op.out_dim, b, generator=gen, dtype=op.dtype, device=op.device)

@@ -25,6 +25,10 @@ def build(config: dict) -> nn.Module:
 
         spec = PAPER_MODELS[config["adapter"]]
         return spec.build(None, config.get("overrides", {}))
+    if config["kind"] == "latent":  # a zoo host with a VAE before one decoder (taskgeom.metric.vae)
+        from ..metric.vae import build_latent_host
+
+        return build_latent_host(build(config["base"]), config["decoder"], config["vae"])
     common = dict(embed_dim=config["embed_dim"], depth=config["depth"], num_heads=config["num_heads"],
                   patch_size=config["patch_size"], img_size=config["img_size"])
     kind = config["kind"]

@@ -44,6 +44,22 @@ SECTIONS = (
     Section("Diagnostic accuracy against the dense reference", "diagnose_accuracy",
             "Worst-image errors of the matrix-free estimates against `diagnose_exact` on the probes small enough for "
             "the dense Jacobian."),
+    Section("Importance head (§5.4–5.5)", "metric_importance",
+            "Spearman ρ between the importance head's prediction (from features alone) and its Jacobian-derived "
+            "target on held-out images: the spectral target e_t (RandNLA top-r modes) or the block norm ‖J_t‖_F², "
+            "mean ± std over seeds, beside the untrained head. Figure: `figures/importance_maps.png`.",
+            "importance_head"),
+    Section("Importance-head ablations (App. F)", "metric_head_ablations",
+            "Each variant beside its probe's first head: target type, ranking-loss weight w_rank, training-set "
+            "size, head width and attention heads."),
+    Section("Table 13: the SPN from RandNLA vs exact supervision", "metric_table13",
+            "Subspace alignment V1 of the SPN's predicted top-r modes with the reference subspace on held-out "
+            "images, by supervision, beside a randomly initialised SPN. Training curves: "
+            "`figures/training_curves.png`.", "spn_vae_table13"),
+    Section("The VAE bottleneck (§6)", "metric_vae",
+            "The diagnostic of the probe at the VAE's latent registers against the probe at the decoder's own "
+            "input layers, on the same held-out groups, and the depth decoded from reconstructed features "
+            "against the depth from the original ones."),
 )
 
 

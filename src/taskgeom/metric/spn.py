@@ -1,0 +1,85 @@
+"""The Spectral Pullback Network (paper §5.2): from features F (N, D) alone, a rank-r-plus-
+isotropic metric g(F) ≈ U diag(λ) Uᵀ + εI with orthonormal modes U (N·D, r) and energies λ > 0.
+
+Cross-token attention lets every mode spread over all tokens (the low-rank delocalized regime,
+where a per-token factored metric cannot work: the paper's Thm 2). A metric-vector product costs
+O(N·D·r) (``metric_vector_product``), never O((N·D)²).
+
+Training targets are top-r singular triplets (σ_i, v_i) of J (RandNLA or exact, see
+``taskgeom.targets``). The mode loss is the σ²-weighted share of the target metric's top-r
+energy that span U misses, 1 − Σ σ_i² ‖Uᵀv_i‖² / Σ σ_i² — invariant to rotations within span U,
+so the network learns a subspace, not an arbitrary basis. Energies are regressed in log space
+against the target metric's Rayleigh quotients along the predicted modes, λ̂_j = Σ_i σ_i² (u_jᵀv_i)²,
+and ε against the mean leftover energy (‖J‖_F² − Σ σ_i²) / (N·D − r).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F_
+from torch import Tensor, nn
+
+
+@dataclass
+class PredictedMetric:
+    """U (B, N·D, r) orthonormal columns; lam (B, r) > 0; eps (B,) > 0."""
+
+    U: Tensor
+    lam: Tensor
+    eps: Tensor
+
+
+class SpectralPullbackNetwork(nn.Module):
+    """F (B, N, D) -> PredictedMetric. ``width`` w, ``depth`` transformer layers of ``heads``
+    heads over the N tokens, a learned position embedding per token slot."""
+
+    def __init__(self, tokens: int, dim: int, rank: int, width: int = 64, depth: int = 2, heads: int = 4):
+        super().__init__()
+        self.tokens, self.dim, self.rank = tokens, dim, rank
+        self.inp = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, width))
+        self.pos = nn.Parameter(torch.randn(tokens, width) * 0.02)
+        layer = nn.TransformerEncoderLayer(width, heads, 2 * width, dropout=0.0, batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.modes = nn.Linear(width, dim * rank)
+        self.energy = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, rank + 1))
+
+    def forward(self, F: Tensor) -> PredictedMetric:
+        b, n, d = F.shape
+        h = self.encoder(self.inp(F) + self.pos)                          # (B, N, w)
+        raw = self.modes(h).reshape(b, n * d, self.rank)                  # (B, N·D, r)
+        U = torch.linalg.qr(raw).Q                                        # orthonormal columns
+        e = self.energy(h.mean(dim=1))                                    # (B, r + 1)
+        return PredictedMetric(U=U, lam=F_.softplus(e[:, :-1]) + 1e-8, eps=F_.softplus(e[:, -1]) + 1e-12)
+
+
+def metric_vector_product(m: PredictedMetric, v: Tensor) -> Tensor:
+    """g(F) v = U (λ ⊙ Uᵀv) + ε v for v (B, N·D) -> (B, N·D), in O(N·D·r)."""
+    coeff = torch.einsum("bnr,bn->br", m.U, v) * m.lam
+    return torch.einsum("bnr,br->bn", m.U, coeff) + m.eps[:, None] * v
+
+
+def captured_energy(U: Tensor, V: Tensor, sigma: Tensor) -> Tensor:
+    """Share of Σ σ_i² that span U holds: Σ σ_i² ‖Uᵀv_i‖² / Σ σ_i². U (B, n, r), V (B, n, k), sigma (B, k) -> (B,)."""
+    w = sigma.pow(2)
+    proj = torch.einsum("bnr,bnk->brk", U, V).pow(2).sum(dim=1)          # (B, k) = ‖Uᵀ v_i‖²
+    return (w * proj).sum(dim=1) / w.sum(dim=1).clamp_min(1e-30)
+
+
+def spn_loss(m: PredictedMetric, V: Tensor, sigma: Tensor, frob2: Tensor, energy_weight: float = 0.1) -> Tensor:
+    """Mode loss + ``energy_weight`` · (log-energy loss + log-ε loss), averaged over the batch.
+    V (B, N·D, k) target modes, sigma (B, k), frob2 (B,) an estimate of ‖J‖_F²."""
+    mode_loss = 1.0 - captured_energy(m.U, V, sigma)
+    with torch.no_grad():
+        rayleigh = torch.einsum("bnr,bnk->brk", m.U, V).pow(2) @ sigma.pow(2).unsqueeze(-1)   # (B, r, 1)
+        rayleigh = rayleigh.squeeze(-1).clamp_min(1e-12)
+        n = V.shape[1]
+        rest = (frob2 - sigma.pow(2).sum(dim=1)).clamp_min(1e-12) / max(n - sigma.shape[1], 1)
+    energy_loss = (m.lam.log() - rayleigh.log()).pow(2).mean(dim=1) + (m.eps.log() - rest.log()).pow(2)
+    return (mode_loss + energy_weight * energy_loss).mean()
+
+
+def subspace_alignment_batch(U: Tensor, V: Tensor) -> Tensor:
+    """‖UᵀV‖_F² / r per item (DESIGN.md, "Definitions"): U, V (B, n, r) orthonormal -> (B,)."""
+    return torch.einsum("bnr,bnk->brk", U, V).pow(2).sum(dim=(1, 2)) / V.shape[-1]

@@ -1,0 +1,84 @@
+"""The ``head`` stage: train one importance-head configuration (``learn.heads.<name>`` over
+``learn.head_defaults``) for each of its seeds on a probe's cached targets, and evaluate the
+Spearman ρ between predicted and target importance on the held-out test images (paper §5.4–5.5,
+App. F). The untrained head of the same seed is the floor. The first seed's head is saved for the
+pruning stages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..evaluate.stats import spearman, summarize
+from ..models import zoo
+from ..report.tables import write_table
+from ..runtime import StageContext, write_json
+from ..targets import TargetFile
+from .fit import fit, predict
+from .head import ImportanceHead, head_loss, parameter_count
+
+EXAMPLES = 4  # held-out images whose predicted and target maps go to the report's figure
+
+
+def head_config(params: dict, name: str) -> dict:
+    return {**params["learn"]["head_defaults"], **params["learn"]["heads"][name]}
+
+
+def target_key(kind: str, target: TargetFile, power_iters: int) -> str:
+    """spectral: e_t from the RandNLA targets at params' q; block_norm: Hutchinson ‖J_t‖_F²."""
+    if kind == "spectral":
+        return f"q{power_iters}/importance"
+    if kind == "block_norm":
+        return "block_norm"
+    raise ValueError(f"head target {kind!r}: expected 'spectral' or 'block_norm'")
+
+
+def rho_per_image(pred: np.ndarray, target: np.ndarray) -> np.ndarray:
+    return np.array([spearman(p, t) for p, t in zip(pred, target)])
+
+
+def run(ctx: StageContext) -> None:
+    name = ctx.wildcard
+    cfg = head_config(ctx.params, name)
+    boot = ctx.params["learn"]["bootstrap"]
+    train, val, test = (TargetFile.open(ctx.inputs[s]) for s in ("train", "val", "test"))
+    key = target_key(cfg["target"], train, ctx.params["learn"]["targets"]["power_iters"])
+    if cfg["train_images"] > train.num_items:
+        raise ValueError(f"learn.heads.{name}.train_images: {cfg['train_images']} requested, {train.path} holds "
+                         f"{train.num_items}")
+    truth = {s: f.read((key,))[key] for s, f in (("val", val), ("test", test))}
+    exact_truth = test.read(("exact/importance",))["exact/importance"] if test.exact and cfg["target"] == "spectral" else None
+    score = lambda model, F: model(F)
+    loss = lambda model, b: head_loss(model(b["features"]), b[key], cfg["w_rank"])
+    seeds, curves, examples = [], [], None
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    for seed in cfg["seeds"]:
+        torch.manual_seed(seed)
+        head = ImportanceHead(train.tokens, train.dim, cfg["width"], cfg["heads"], cfg["layers"]).to(ctx.device)
+        floor = rho_per_image(predict(head, test, score, ctx.device), truth["test"])
+        curve = fit(head, train, ("features", key), loss, cfg["steps"], cfg["batch_size"], cfg["lr"], seed, ctx.device,
+                    limit=cfg["train_images"], progress=lambda it, total: ctx.progress(it, f"head {name} seed {seed}", total))
+        pred = predict(head, test, score, ctx.device)
+        rho = rho_per_image(pred, truth["test"])
+        row = {"seed": seed, "rho_test": float(rho.mean()), "rho_val": float(rho_per_image(
+            predict(head, val, score, ctx.device), truth["val"]).mean()), "rho_random_init": float(floor.mean()),
+            "wait_fraction": curve.wait_fraction, "train_seconds": curve.total_s}
+        if exact_truth is not None:
+            row["rho_test_vs_exact"] = float(rho_per_image(pred, exact_truth).mean())
+        seeds.append(row)
+        curves += [{"seed": seed, "step": s, "loss": v} for s, v in curve.points]
+        ctx.log.info("%s seed %d: ρ %.3f (untrained %.3f), %.1f s, reader wait %.1f%%", name, seed, row["rho_test"],
+                     row["rho_random_init"], curve.total_s, 100 * curve.wait_fraction)  # timings: logs only, so reruns give identical bytes
+        if examples is None:
+            examples = {"index": list(range(EXAMPLES)), "predicted": pred[:EXAMPLES].tolist(),
+                        "target": truth["test"][:EXAMPLES].tolist(), "rho": rho[:EXAMPLES].tolist()}
+            zoo.save(head, {"kind": "importance_head", "tokens": train.tokens, "dim": train.dim,
+                                   "width": cfg["width"], "heads": cfg["heads"], "layers": cfg["layers"]},
+                            ctx.outputs["weights"], ctx.outputs["config"], {"provenance": ctx.provenance()})
+    summary = {k: summarize([s[k] for s in seeds], boot["resamples"], boot["level"], boot["seed"]).as_dict()
+               for k in seeds[0] if k.startswith("rho")}
+    write_json(ctx.outputs["metrics"], {
+        "head": name, **cfg, "target_key": key, "parameters": parameter_count(head), "test_images": test.num_items,
+        "seeds_detail": seeds, "summary": summary, "examples": examples, "provenance": ctx.provenance()})
+    write_table(pd.DataFrame(curves), ctx.outputs["curve"])

@@ -1,0 +1,73 @@
+"""The ``spn`` stage: train the Spectral Pullback Network of one probe from each supervision its
+target cache holds — exact spectral targets (the dense SVD) where the probe is small enough, and
+RandNLA targets at q = 1 and at params' q — and measure the subspace alignment V1 of its predicted
+modes with the reference top-r subspace on held-out images (paper §5.5, App. J, Table 13). The
+reference is the exact subspace when the test split has it, else the RandNLA targets at the
+largest q. A randomly initialised SPN of the same seed is the floor. The SPN trained from params'
+q (the cheapest supervision the pipeline otherwise uses) of the first seed is saved."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..evaluate.stats import summarize
+from ..models import zoo
+from ..report.tables import write_table
+from ..runtime import StageContext, write_json
+from ..targets import TargetFile
+from .fit import fit, predict
+from .head import parameter_count
+from .spn import SpectralPullbackNetwork, spn_loss, subspace_alignment_batch
+
+
+def v1_per_image(model: SpectralPullbackNetwork, test: TargetFile, reference: np.ndarray, device: str) -> np.ndarray:
+    """V1 = ‖UᵀV‖_F² / r per test image; reference (n_images, N, D, r)."""
+    U = predict(model, test, lambda m, F: m(F).U, device)
+    V = torch.as_tensor(reference).flatten(1, 2)
+    return subspace_alignment_batch(torch.as_tensor(U), V).numpy()
+
+
+def run(ctx: StageContext) -> None:
+    name = ctx.wildcard
+    cfg = ctx.params["learn"]["spn"][name]
+    boot = ctx.params["learn"]["bootstrap"]
+    train, test = TargetFile.open(ctx.inputs["train"]), TargetFile.open(ctx.inputs["test"])
+    reference_source = "exact" if test.exact else f"q{max(test.qs)}"
+    reference = test.read((f"{reference_source}/modes",))[f"{reference_source}/modes"]
+    rows, curves, saved = [], [], False
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    for seed in cfg["seeds"]:
+        torch.manual_seed(seed)
+        untrained = SpectralPullbackNetwork(train.tokens, train.dim, train.r, cfg["width"], cfg["depth"], cfg["heads"])
+        untrained.to(ctx.device).eval()
+        floor = float(v1_per_image(untrained, test, reference, ctx.device).mean())
+        rows.append({"seed": seed, "supervision": "random-init", "v1": floor})
+        for source in train.sources():
+            model = copy.deepcopy(untrained)
+            frob2 = "exact/frob2" if source == "exact" else "frob2"
+            keys = ("features", f"{source}/modes", f"{source}/sigma", frob2)
+            loss = lambda m, b: spn_loss(m(b["features"]), b[keys[1]].flatten(1, 2), b[keys[2]], b[frob2])
+            curve = fit(model, train, keys, loss, cfg["steps"], cfg["batch_size"], cfg["lr"], seed, ctx.device,
+                        progress=lambda it, total: ctx.progress(it, f"spn {name} {source} seed {seed}", total))
+            v1 = v1_per_image(model, test, reference, ctx.device)
+            rows.append({"seed": seed, "supervision": source, "v1": float(v1.mean())})  # timings: logs only
+            curves += [{"seed": seed, "supervision": source, "step": s, "loss": v} for s, v in curve.points]
+            ctx.log.info("%s seed %d %s: V1 %.3f (untrained %.3f), %.1f s, reader wait %.1f%%", name, seed, source,
+                         v1.mean(), floor, curve.total_s, 100 * curve.wait_fraction)
+            if not saved and source == f"q{ctx.params['learn']['targets']['power_iters']}":
+                zoo.save(model, {"kind": "spn", "tokens": train.tokens, "dim": train.dim, "rank": train.r,
+                                 "width": cfg["width"], "depth": cfg["depth"], "heads": cfg["heads"]},
+                         ctx.outputs["weights"], ctx.outputs["config"], {"provenance": ctx.provenance()})
+                saved = True
+    frame = pd.DataFrame(rows)
+    summary = {s: summarize(g["v1"].tolist(), boot["resamples"], boot["level"], boot["seed"]).as_dict()
+               for s, g in frame.groupby("supervision", sort=False)}
+    write_json(ctx.outputs["metrics"], {
+        "probe": name, **cfg, "reference": reference_source, "sources": train.sources(), "rank": train.r,
+        "tokens": train.tokens, "dim": train.dim, "test_images": test.num_items, "train_images": train.num_items,
+        "parameters": parameter_count(untrained), "rows": rows, "summary": summary, "provenance": ctx.provenance()})
+    write_table(pd.DataFrame(curves), ctx.outputs["curve"])

@@ -1,0 +1,132 @@
+"""The ``vae`` stage (paper §6): train the VAE bottleneck on a frozen host's decoder-input
+features, then report what it costs and what it buys.
+
+- Training: features of the multi-view training groups, computed by the frozen host per batch;
+  loss = standardised feature MSE + task_weight · |log depth(X̂) − log depth(X)| + beta · KL.
+- Reconstruction quality of the task output on held-out groups: δ1 and AbsRel of the depth
+  decoded from the reconstructed features (posterior mean) against the depth from the original ones.
+- The diagnostic (κ_cap, erank, r_0.90, CV) of the latent probe against the original probe (the
+  decoder's own input layers) on the same held-out groups.
+
+The saved checkpoint is a self-contained zoo host of kind ``latent`` (host weights + VAE), so
+``taskgeom.probes.probe_map`` probes it at the registers like any other probe.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..data.splits import read_world, to_input
+from ..diagnostics import diagnose
+from ..evaluate.stats import summarize
+from ..models import zoo
+from ..models.host import freeze, param_count, use_math_attention
+from ..probes import ProbeMap
+from ..report.tables import write_table
+from ..runtime import StageContext, write_json
+from .fit import LOG_EVERY, learning_rate
+from .vae import FeatureVAE, LatentHost, decoder_features, token_layout, LatentProbeMap, feature_statistics, vae_loss
+
+STAT_GROUPS = 64  # training groups whose features set the standardisation
+
+
+def depth_agreement(pred: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
+    """δ1 and AbsRel of ``pred`` against ``reference`` (both positive, (B, M))."""
+    ratio = torch.maximum(pred / reference, reference / pred)
+    return {"delta1": float((ratio < 1.25).float().mean()), "abs_rel": float(((pred - reference).abs() / reference).mean())}
+
+
+def diagnosis_summary(pm, images: torch.Tensor, est: dict, boot: dict) -> dict:
+    out = {k: [] for k in ("kappa_cap", "erank", "r90", "cv")}
+    for i, image in enumerate(images):
+        probe = pm.at(image)
+        d = diagnose(probe.f, probe.F, r=est["r"], num_probes=est["num_probes"], power_iters=est["power_iters"],
+                     seed=est["seed"] + i)
+        for k in out:
+            out[k].append(float(getattr(d, k)))
+    n, dim = probe.F.shape
+    return {"tokens": n, "dim": dim, **{k: summarize(v, boot["resamples"], boot["level"], boot["seed"]).as_dict()
+                                        for k, v in out.items()}}
+
+
+def run(ctx: StageContext) -> None:
+    cfg = ctx.params["vae"][ctx.wildcard]
+    boot = ctx.params["learn"]["bootstrap"]
+    base_config = json.loads(ctx.inputs["config"].read_text())["architecture"]
+    base = freeze(use_math_attention(zoo.load(ctx.inputs["weights"], ctx.inputs["config"], ctx.device)))
+    if cfg["decoder"] not in base.decoders or cfg["decoder"] == "camera":
+        raise ValueError(f"vae.decoder: {cfg['decoder']!r} is not a dense decoder of {cfg['model']}")
+    train_x = to_input(read_world(ctx.inputs["mv_train"], keys=("rgb",))["rgb"])
+    test_x = to_input(read_world(ctx.inputs["mv_test"], keys=("rgb",), limit=cfg["eval_images"])["rgb"])
+    torch.manual_seed(cfg["seed"])
+    reads = tuple(base.decoder_layers(cfg["decoder"]))
+    with torch.no_grad():
+        X, sctx = decoder_features(base, reads, train_x[:STAT_GROUPS].to(ctx.device))
+    layout = token_layout(sctx, len(reads))
+    vae = FeatureVAE(layout, X.shape[2], cfg["token_dim"], cfg["width"], cfg["stride"]).to(ctx.device)
+    mean, std = feature_statistics(X)
+    vae.mean.copy_(mean)
+    vae.std.copy_(std)
+    host = LatentHost(base, cfg["decoder"], vae)
+    latent_dim = vae.registers * cfg["token_dim"]
+    ctx.log.info("VAE on %s/%s: %d tokens × %d -> %d registers × %d (%d latent dims), %d parameters", cfg["model"],
+                 cfg["decoder"], X.shape[1], X.shape[2], vae.registers, cfg["token_dim"], latent_dim, param_count(vae))
+
+    opt = torch.optim.AdamW(vae.parameters(), lr=cfg["lr"], weight_decay=0.01)
+    gen = torch.Generator(device=ctx.device).manual_seed(cfg["seed"])
+    curve, window, t0 = [], [], time.perf_counter()
+    vae.train()
+    for step in ctx.progress(range(cfg["steps"]), desc="vae", total=cfg["steps"]):
+        rng = np.random.default_rng([cfg["seed"], step])
+        idx = np.sort(rng.choice(len(train_x), size=cfg["batch_size"], replace=False))
+        with torch.no_grad():
+            Xb, bctx = host.features(train_x[idx].to(ctx.device))
+            reference = host.decode_features(Xb, bctx)
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(step, cfg["steps"], cfg["lr"])
+        loss, parts = vae_loss(host, Xb, bctx, reference, cfg["beta"], cfg["task_weight"], gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        opt.step()
+        window.append([loss.item(), parts["recon"], parts["task"], parts["kl"]])
+        if (step + 1) % LOG_EVERY == 0 or step + 1 == cfg["steps"]:
+            mean = np.mean(window, axis=0)
+            curve.append({"step": step + 1, "loss": mean[0], "recon": mean[1], "task": mean[2], "kl": mean[3]})
+            window = []
+            if (step + 1) % (LOG_EVERY * 8) == 0:
+                ctx.log.info("step %d: %s", step + 1, {k: round(float(v), 4) for k, v in curve[-1].items()})
+    freeze(vae)
+    ctx.log.info("trained in %.1f s", time.perf_counter() - t0)
+
+    with torch.no_grad():
+        Xt, tctx = host.features(test_x.to(ctx.device))
+        original = host.decode_features(Xt, tctx)
+        reconstructed = host.decode_latent(vae.encode(Xt)[0], tctx)
+    quality = depth_agreement(reconstructed, original)
+    ctx.log.info("held-out reconstruction of the %s output: %s", cfg["decoder"], quality)
+    est = ctx.params["diagnose"]["estimator"]
+    images = test_x[:cfg["diagnose_images"]].to(ctx.device)
+    latent = diagnosis_summary(LatentProbeMap(host, cfg["decoder"]), images, est, boot)
+    original_probe = diagnosis_summary(ProbeMap(base, cfg["decoder"], None), images, est, boot)
+    ctx.log.info("erank %.1f -> %.1f, r90 %.1f -> %.1f", original_probe["erank"]["mean"], latent["erank"]["mean"],
+                 original_probe["r90"]["mean"], latent["r90"]["mean"])
+    config = {"kind": "latent", "base": base_config, "decoder": cfg["decoder"],
+              "vae": {"layout": asdict(layout), "dim": X.shape[2], "token_dim": cfg["token_dim"], "width": cfg["width"],
+                      "stride": cfg["stride"]}}
+    zoo.save(host, config, ctx.outputs["weights"], ctx.outputs["config"],
+             {"provenance": ctx.provenance(), "parameters": param_count(vae)})
+    write_json(ctx.outputs["metrics"], {
+        "model": cfg["model"], "decoder": cfg["decoder"], "latent_dim": latent_dim,
+        "registers": vae.registers, "token_dim": cfg["token_dim"], "feature_tokens": X.shape[1],
+        "feature_dim": X.shape[2], "parameters": param_count(vae), "eval_groups": len(test_x),
+        "reconstruction": quality, "diagnose_groups": len(images), "latent_probe": latent,
+        "original_probe": original_probe, "erank_reduction": original_probe["erank"]["mean"] / latent["erank"]["mean"],
+        "provenance": ctx.provenance()})
+    write_table(pd.DataFrame(curve), ctx.outputs["curve"])

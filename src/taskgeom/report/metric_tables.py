@@ -1,0 +1,221 @@
+"""The ``metric-tables`` stage: what learning the metric achieved, beside the paper's figures.
+
+- importance: Spearman ρ of each probe's importance head against its target on held-out images
+  (mean ± std over seeds, bootstrap interval), its untrained floor, its size (paper §5.5, App. F);
+- head_ablations: every head that differs from its probe's first head in one setting (target
+  type, w_rank, training-set size, width, attention heads), beside that first head;
+- table13: SPN subspace alignment V1 on held-out images per supervision — random init, exact
+  spectral, RandNLA at q = 1 and at params' q (paper Table 13);
+- vae: the diagnostic of the latent probe against the original probe, and the reconstruction
+  quality of the task output (paper §6);
+- figures: predicted vs target importance maps over a few held-out images per probe, and the
+  training curves of every head (first seed), SPN and VAE.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from ..data.splits import read_world
+from ..runtime import StageContext
+from .figures import plt, save_figure
+from .tables import write_table
+
+ABLATION_KEYS = ("target", "w_rank", "train_images", "width", "heads", "layers", "steps")
+
+
+def _ci(s: dict) -> str:
+    return f"[{s['low']:.3g}, {s['high']:.3g}]"
+
+
+def base_heads(heads: list[dict]) -> dict[str, dict]:
+    """probe -> its first head (in params order): the reference its ablations are read against."""
+    base: dict[str, dict] = {}
+    for h in heads:
+        base.setdefault(h["probe"], h)
+    return base
+
+
+def ablation_of(head: dict, base: dict) -> str | None:
+    """The one setting in which ``head`` differs from ``base`` (None: it is the base, or differs in more)."""
+    diff = [k for k in ABLATION_KEYS if head[k] != base[k]]
+    return diff[0] if len(diff) == 1 else None
+
+
+def paper_rho(numbers: dict, head: dict) -> float | None:
+    ih = numbers["importance_head"]
+    if head["probe"].startswith("cls"):
+        return ih["spearman_dinov2_cls_l10"]["mean"] if head["target"] == "spectral" else None
+    if "depth" in head["probe"]:
+        return ih[f"spearman_dpt_depth_{'spectral' if head['target'] == 'spectral' else 'block_norm'}_target"]["value"]
+    return None
+
+
+def head_row(h: dict) -> dict:
+    rho = h["summary"]["rho_test"]
+    row = {"head": h["head"], "probe": h["probe"], "target": h["target"], "w_rank": h["w_rank"],
+           "train_images": h["train_images"], "width": h["width"], "heads": h["heads"], "parameters": h["parameters"],
+           "seeds": len(h["seeds_detail"]), "rho": rho["mean"], "rho_std": rho["std"], "rho_ci": _ci(rho),
+           "rho_untrained": h["summary"]["rho_random_init"]["mean"]}
+    if "rho_test_vs_exact" in h["summary"]:
+        row["rho_vs_exact_target"] = h["summary"]["rho_test_vs_exact"]["mean"]
+    return row
+
+
+def importance_table(heads: list[dict], numbers: dict) -> pd.DataFrame:
+    base = base_heads(heads)
+    rows = []
+    for h in heads:
+        if h is base[h["probe"]] or ablation_of(h, base[h["probe"]]) == "target":
+            rows.append({"source": "ours", **head_row(h), "paper_rho": paper_rho(numbers, h)})
+    rows.append({"source": "paper", "head": "importance head", "probe": "dinov2-b14 cls L10", "target": "spectral",
+                 "parameters": numbers["importance_head"]["params"],
+                 "rho": numbers["importance_head"]["spearman_dinov2_cls_l10"]["mean"],
+                 "rho_std": numbers["importance_head"]["spearman_dinov2_cls_l10"]["std"]})
+    for target in ("spectral", "block_norm"):
+        rows.append({"source": "paper", "head": "importance head", "probe": "dpt depth", "target": target,
+                     "rho": numbers["importance_head"][f"spearman_dpt_depth_{target}_target"]["value"]})
+    return pd.DataFrame(rows)
+
+
+def ablation_table(heads: list[dict], numbers: dict) -> pd.DataFrame:
+    base = base_heads(heads)
+    rows = []
+    for h in heads:
+        key = ablation_of(h, base[h["probe"]])
+        if key is None:
+            continue
+        b = base[h["probe"]]
+        for member, label in ((b, "base"), (h, "variant")):
+            rows.append({"ablation": key, "role": label, "value": member[key], **head_row(member)})
+    df = pd.DataFrame(rows).drop_duplicates(subset=["ablation", "head"])
+    if df.empty:
+        return df
+    df = df.sort_values(["probe", "ablation", "value"], key=lambda c: c.astype(str), kind="stable")
+    paper = numbers["importance_head"]
+    df["paper_grid"] = df["ablation"].map({"w_rank": str(paper["ablation_rank_loss_weights"]),
+                                           "width": str(paper["ablation_hidden_widths"]),
+                                           "heads": str(paper["ablation_attention_heads"])})
+    return df
+
+
+def table13(spns: list[dict], numbers: dict) -> pd.DataFrame:
+    rows = []
+    paper = numbers["spn_vae_table13"]
+    paper_of = {"random-init": paper["random_init"], "exact": paper["spectral_supervision"], "q1": paper["randnla_q1"]}
+    for s in spns:
+        floor = s["summary"]["random-init"]["mean"]
+        best = s["summary"].get("exact", {}).get("mean")
+        for sup, summ in s["summary"].items():
+            rows.append({"source": "ours", "probe": s["probe"], "supervision": sup, "reference": s["reference"],
+                         "rank": s["rank"], "latent_or_feature_dim": s["tokens"] * s["dim"],
+                         "v1": summ["mean"], "v1_std": summ["std"], "v1_ci": _ci(summ),
+                         "x_random_floor": summ["mean"] / floor if floor > 0 else math.nan,
+                         "share_of_exact": summ["mean"] / best if best else math.nan,
+                         "seeds": summ["n"], "paper_v1_vae_vggt_depth": paper_of.get(sup)})
+    return pd.DataFrame(rows)
+
+
+def vae_table(vaes: dict[str, dict], numbers: dict) -> pd.DataFrame:
+    paper = numbers["diagnostic_table1"]
+    vgg = paper["extra"]["vgg_depth_vae_compressed"]
+    paper_original = {"erank": paper["extra"]["vggt_multilayer_probe_erank"]}
+    paper_latent = {"erank": f"{vgg['erank_range'][0]}–{vgg['erank_range'][1]}", "r90": vgg["r90"]}
+    rows = []
+    for name, v in vaes.items():
+        for k in ("erank", "r90", "kappa_cap", "cv"):
+            o, z = v["original_probe"][k], v["latent_probe"][k]
+            rows.append({"vae": name, "quantity": k, "original": o["mean"], "original_ci": _ci(o), "latent": z["mean"],
+                         "latent_ci": _ci(z), "ratio_original_over_latent": o["mean"] / z["mean"] if z["mean"] else math.nan,
+                         "paper_original": paper_original.get(k), "paper_latent": paper_latent.get(k)})
+        for k, val in v["reconstruction"].items():
+            rows.append({"vae": name, "quantity": f"reconstruction_{k}", "latent": val,
+                         "paper_latent": vgg["delta1"] if k == "delta1" else None})
+        rows.append({"vae": name, "quantity": "dims (N·D → K·d)", "original": v["feature_tokens"] * v["feature_dim"],
+                     "latent": v["latent_dim"], "paper_latent": numbers["spn_vae_table13"]["vae"]["latent_dim"]})
+    return pd.DataFrame(rows)
+
+
+def token_grid(n: int) -> tuple[int, int]:
+    """(prefix, side) with n = prefix + side² and the fewest prefix tokens."""
+    for prefix in range(0, 9):
+        side = int(round(math.sqrt(n - prefix)))
+        if side * side == n - prefix:
+            return prefix, side
+    raise ValueError(f"{n} tokens do not form one square patch grid")
+
+
+def importance_figure(heads: list[dict], rgb: np.ndarray, outputs: dict[str, Path]) -> None:
+    shown = [h for h in base_heads(heads).values() if h.get("examples")]
+    k = len(shown[0]["examples"]["index"]) if shown else 1
+    fig, axes = plt.subplots(max(1, len(shown)) * 3, k, figsize=(2.1 * k, 6.3 * max(1, len(shown))), squeeze=False)
+    for p, h in enumerate(shown):
+        ex = h["examples"]
+        for j, i in enumerate(ex["index"]):
+            pred, target = np.asarray(ex["predicted"][j]), np.asarray(ex["target"][j])
+            prefix, side = token_grid(len(target))
+            axes[3 * p, j].imshow(rgb[i])
+            axes[3 * p, j].set_title(f"{h['probe']} #{i}", fontsize=7)
+            axes[3 * p + 1, j].imshow(np.log(np.maximum(target[prefix:], 1e-30)).reshape(side, side), cmap="magma")
+            axes[3 * p + 1, j].set_title(f"target ({h['target']}, log)", fontsize=7)
+            axes[3 * p + 2, j].imshow(pred[prefix:].reshape(side, side), cmap="magma")
+            axes[3 * p + 2, j].set_title(f"head, ρ = {ex['rho'][j]:.2f}", fontsize=7)
+    for ax in axes.flat:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    save_figure(fig, outputs["importance_maps_png"], outputs["importance_maps_pdf"])
+
+
+def curves_figure(heads: list[dict], head_curves: dict[str, pd.DataFrame], spn_curves: dict[str, pd.DataFrame],
+                  vae_curves: dict[str, pd.DataFrame], outputs: dict[str, Path]) -> None:
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for h in heads:
+        c = head_curves[h["head"]]
+        c = c[c["seed"] == c["seed"].min()]
+        axes[0].plot(c["step"], c["loss"], label=h["head"], lw=1)
+    axes[0].set(title="Importance heads (first seed)", xlabel="step", ylabel="loss")
+    for name, c in spn_curves.items():
+        for sup, g in c[c["seed"] == c["seed"].min()].groupby("supervision", sort=False):
+            axes[1].plot(g["step"], g["loss"], label=f"{name} · {sup}", lw=1)
+    axes[1].set(title="SPN (first seed)", xlabel="step", ylabel="loss (1 − captured energy + energy terms)")
+    for name, c in vae_curves.items():
+        for col in ("loss", "recon", "task"):
+            axes[2].plot(c["step"], c[col], label=f"{name} {col}", lw=1)
+    axes[2].set(title="VAE", xlabel="step", ylabel="loss", yscale="log")
+    for ax in axes:
+        ax.legend(fontsize=6)
+    save_figure(fig, outputs["training_curves_png"], outputs["training_curves_pdf"])
+
+
+def run(ctx: StageContext) -> None:
+    heads = [json.loads(Path(p).read_text()) for p in ctx.inputs["heads"]]
+    spns = [json.loads(Path(p).read_text()) for p in ctx.inputs["spn"]]
+    vaes = {Path(p).stem: json.loads(Path(p).read_text()) for p in ctx.inputs["vae"]}
+    numbers = yaml.safe_load(ctx.inputs["paper_numbers"].read_text())
+    tables = {
+        "importance": (importance_table(heads, numbers),
+                       "Importance head: Spearman ρ against its target on held-out images (mean ± std over seeds)."),
+        "head_ablations": (ablation_table(heads, numbers),
+                           "Importance-head ablations: each variant beside its probe's first head (ρ on held-out images)."),
+        "table13": (table13(spns, numbers),
+                    "Table 13: SPN subspace alignment V1 on held-out images by supervision (reference: exact top-r "
+                    "subspace, or RandNLA at the largest q where the probe is too large for the dense reference)."),
+        "vae": (vae_table(vaes, numbers), "VAE bottleneck: the diagnostic of the latent probe against the original "
+                                          "probe, and the task output's reconstruction quality."),
+    }
+    for name, (df, cap) in tables.items():
+        write_table(df, ctx.outputs[f"{name}_csv"], ctx.outputs[f"{name}_md"], ctx.outputs[f"{name}_tex"], caption=cap)
+    count = max((max(h["examples"]["index"]) + 1 for h in heads if h.get("examples")), default=1)
+    rgb = read_world(ctx.inputs["test"], keys=("rgb",), limit=count)["rgb"]
+    importance_figure(heads, rgb, ctx.outputs)
+    read = lambda p: pd.read_csv(p)
+    curves_figure(heads, {Path(p).stem.removesuffix("_curve"): read(p) for p in ctx.inputs["head_curves"]},
+                  {Path(p).stem.removesuffix("_curve"): read(p) for p in ctx.inputs["spn_curves"]},
+                  {Path(p).stem.removesuffix("_curve"): read(p) for p in ctx.inputs["vae_curves"]},
+                  ctx.outputs)
