@@ -8,7 +8,8 @@ O(N·D·r) (``metric_vector_product``), never O((N·D)²).
 Training targets are top-r singular triplets (σ_i, v_i) of J (RandNLA or exact, see
 ``taskgeom.targets``). The mode loss is the σ²-weighted share of the target metric's top-r
 energy that span U misses, 1 − Σ σ_i² ‖Uᵀv_i‖² / Σ σ_i² — invariant to rotations within span U,
-so the network learns a subspace, not an arbitrary basis. Energies are regressed in log space
+so the network learns a subspace, not an arbitrary basis (averaged with 1 − V1, see ``spn_loss``).
+Energies are regressed in log space
 against the target metric's Rayleigh quotients along the predicted modes, λ̂_j = Σ_i σ_i² (u_jᵀv_i)²,
 and ε against the mean leftover energy (‖J‖_F² − Σ σ_i²) / (N·D − r).
 """
@@ -50,7 +51,7 @@ class SpectralPullbackNetwork(nn.Module):
         h = self.encoder(self.inp(F) + self.pos)                          # (B, N, w)
         raw = self.modes(h).reshape(b, n * d, self.rank)                  # (B, N·D, r)
         U = torch.linalg.qr(raw).Q                                        # orthonormal columns
-        e = self.energy(h.mean(dim=1))                                    # (B, r + 1)
+        e = self.energy(h.mean(dim=1).detach())  # (B, r + 1); energies are read off, not trained into, h
         return PredictedMetric(U=U, lam=F_.softplus(e[:, :-1]) + 1e-8, eps=F_.softplus(e[:, -1]) + 1e-12)
 
 
@@ -69,11 +70,14 @@ def captured_energy(U: Tensor, V: Tensor, sigma: Tensor) -> Tensor:
 
 def spn_loss(m: PredictedMetric, V: Tensor, sigma: Tensor, frob2: Tensor, energy_weight: float = 0.1) -> Tensor:
     """Mode loss + ``energy_weight`` · (log-energy loss + log-ε loss), averaged over the batch.
-    V (B, N·D, k) target modes, sigma (B, k), frob2 (B,) an estimate of ‖J‖_F²."""
-    mode_loss = 1.0 - captured_energy(m.U, V, sigma)
+    V (B, N·D, k) target modes, sigma (B, k), frob2 (B,) an estimate of ‖J‖_F².
+
+    The mode loss averages the σ²-weighted miss (what the metric needs most) and the unweighted
+    one, 1 − V1 (so the trailing modes of the target subspace are learned too)."""
+    mode_loss = 1.0 - 0.5 * captured_energy(m.U, V, sigma) - 0.5 * subspace_alignment_batch(m.U, V)
     with torch.no_grad():
         rayleigh = torch.einsum("bnr,bnk->brk", m.U, V).pow(2) @ sigma.pow(2).unsqueeze(-1)   # (B, r, 1)
-        rayleigh = rayleigh.squeeze(-1).clamp_min(1e-12)
+        rayleigh = rayleigh.squeeze(-1).clamp_min(1e-6 * float(sigma.max()) ** 2)
         n = V.shape[1]
         rest = (frob2 - sigma.pow(2).sum(dim=1)).clamp_min(1e-12) / max(n - sigma.shape[1], 1)
     energy_loss = (m.lam.log() - rayleigh.log()).pow(2).mean(dim=1) + (m.eps.log() - rest.log()).pow(2)

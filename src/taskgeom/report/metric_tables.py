@@ -62,7 +62,7 @@ def head_row(h: dict) -> dict:
     row = {"head": h["head"], "probe": h["probe"], "target": h["target"], "w_rank": h["w_rank"],
            "train_images": h["train_images"], "width": h["width"], "heads": h["heads"], "parameters": h["parameters"],
            "seeds": len(h["seeds_detail"]), "rho": rho["mean"], "rho_std": rho["std"], "rho_ci": _ci(rho),
-           "rho_untrained": h["summary"]["rho_random_init"]["mean"]}
+           "rho_untrained": h["summary"]["rho_random_init"]["mean"], "rho_position_only": h["rho_mean_map"]["mean"]}
     if "rho_test_vs_exact" in h["summary"]:
         row["rho_vs_exact_target"] = h["summary"]["rho_test_vs_exact"]["mean"]
     return row
