@@ -94,9 +94,9 @@ def ablation_table(heads: list[dict], numbers: dict) -> pd.DataFrame:
         b = base[h["probe"]]
         for member, label in ((b, "base"), (h, "variant")):
             rows.append({"ablation": key, "role": label, "value": member[key], **head_row(member)})
+    if not rows:  # no head differs from its probe's first head in exactly one setting
+        return pd.DataFrame(columns=["ablation", "role", "value", "head", "probe", "rho"])
     df = pd.DataFrame(rows).drop_duplicates(subset=["ablation", "head"])
-    if df.empty:
-        return df
     df["_number"] = pd.to_numeric(df["value"], errors="coerce")
     df = df.sort_values(["probe", "ablation", "_number"], kind="stable").drop(columns="_number")
     paper = numbers["importance_head"]
