@@ -222,10 +222,3 @@ def stream_batches(target: TargetFile, keys: tuple[str, ...], batch_size: int, s
         stop.set()
         thread.join()
 
-
-def describe(path: str | Path) -> dict:
-    """Attributes of a finished targets file, for logs and reports."""
-    with open_store(path, KIND) as f:
-        return {k: read_attr_json(f, k) for k in ("probe", "split", "r", "power_iters", "exact", "seed")} | {
-            "num_items": int(f.attrs["num_items"]), "bytes": Path(path).stat().st_size}
-

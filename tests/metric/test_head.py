@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from taskgeom.evaluate.stats import spearman
-from taskgeom.metric.head import ImportanceHead, head_loss, parameter_count, ranking_loss, standardized_log
+from taskgeom.metric.head import ImportanceHead, head_loss, ranking_loss, standardized_log
 
 
 def planted(n: int, N: int = 10, D: int = 8, seed: int = 0):
@@ -39,7 +39,6 @@ def test_a_few_training_steps_beat_the_random_init_on_held_out_images():
         opt.step()
     after = mean_rho(head, F_test, t_test)
     assert after > 0.75 and after > before + 0.3, (before, after)
-    assert parameter_count(head) == sum(p.numel() for p in head.parameters())
 
 
 def test_ranking_loss_prefers_the_target_order_and_ignores_scale():

@@ -3,7 +3,6 @@ images. The loop times how long each step waits for its batch from disk (``Curve
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..models.train import learning_rate
 from ..targets import TargetFile, stream_batches
 
 LOG_EVERY = 25
@@ -29,13 +29,6 @@ class Curve:
     @property
     def wait_fraction(self) -> float:
         return self.wait_s / self.total_s if self.total_s else 0.0
-
-
-def learning_rate(step: int, steps: int, peak: float, warmup: float = 0.05) -> float:
-    warm = max(1, int(warmup * steps))
-    if step < warm:
-        return peak * (step + 1) / warm
-    return 0.5 * peak * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
 
 
 def fit(model: nn.Module, target: TargetFile, keys: tuple[str, ...], loss_fn: Callable[[nn.Module, dict[str, Tensor]], Tensor],

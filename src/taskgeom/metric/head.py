@@ -3,7 +3,7 @@ alone — no Jacobian, no SPN call at inference.
 
 Architecture: a linear embedding of width w with a learned position per token slot, ``layers``
 pre-norm attention layers of ``heads`` heads, and an MLP to one score per token. The paper's head
-has about 310K parameters at D = 768; ``parameter_count`` reports ours.
+has about 310K parameters at D = 768; the ``head`` stage reports ours.
 
 Loss: regression of the per-image standardised log target (the target spans orders of
 magnitude; Spearman ρ, the evaluation, only sees ranks) plus ``w_rank`` times a pairwise logistic
@@ -54,6 +54,3 @@ def head_loss(scores: Tensor, target: Tensor, w_rank: float) -> Tensor:
     loss = F_.mse_loss(scores, standardized_log(target))
     return loss + w_rank * ranking_loss(scores, target) if w_rank else loss
 
-
-def parameter_count(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())

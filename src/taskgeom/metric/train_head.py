@@ -13,11 +13,12 @@ import torch
 
 from ..evaluate.stats import spearman, summarize
 from ..models import zoo
+from ..models.host import param_count
 from ..report.tables import write_table
 from ..runtime import StageContext, write_json
 from ..targets import TargetFile
 from .fit import fit, predict
-from .head import ImportanceHead, head_loss, parameter_count
+from .head import ImportanceHead, head_loss
 
 EXAMPLES = 4  # held-out images whose predicted and target maps go to the report's figure
 
@@ -84,7 +85,7 @@ def run(ctx: StageContext) -> None:
     summary = {k: summarize([s[k] for s in seeds], boot["resamples"], boot["level"], boot["seed"]).as_dict()
                for k in seeds[0] if k.startswith("rho")}
     write_json(ctx.outputs["metrics"], {
-        "head": name, **cfg, "target_key": key, "parameters": parameter_count(head), "test_images": test.num_items,
+        "head": name, **cfg, "target_key": key, "parameters": param_count(head), "test_images": test.num_items,
         "rho_mean_map": summarize(rho_mean_map.tolist(), boot["resamples"], boot["level"], boot["seed"]).as_dict(),
         "seeds_detail": seeds, "summary": summary, "examples": examples, "provenance": ctx.provenance()})
     write_table(pd.DataFrame(curves), ctx.outputs["curve"])

@@ -16,11 +16,11 @@ import torch
 
 from ..evaluate.stats import summarize
 from ..models import zoo
+from ..models.host import param_count
 from ..report.tables import write_table
 from ..runtime import StageContext, write_json
 from ..targets import TargetFile
 from .fit import fit, predict
-from .head import parameter_count
 from .spn import SpectralPullbackNetwork, spn_loss, subspace_alignment_batch
 
 
@@ -69,5 +69,5 @@ def run(ctx: StageContext) -> None:
     write_json(ctx.outputs["metrics"], {
         "probe": name, **cfg, "reference": reference_source, "sources": train.sources(), "rank": train.r,
         "tokens": train.tokens, "dim": train.dim, "test_images": test.num_items, "train_images": train.num_items,
-        "parameters": parameter_count(untrained), "rows": rows, "summary": summary, "provenance": ctx.provenance()})
+        "parameters": param_count(untrained), "rows": rows, "summary": summary, "provenance": ctx.provenance()})
     write_table(pd.DataFrame(curves), ctx.outputs["curve"])

@@ -27,11 +27,12 @@ from ..diagnostics import diagnose
 from ..evaluate.stats import summarize
 from ..models import zoo
 from ..models.host import freeze, param_count, use_math_attention
+from ..models.train import learning_rate
 from ..probes import ProbeMap
 from ..report.tables import write_table
 from ..runtime import StageContext, write_json
-from .fit import LOG_EVERY, learning_rate
-from .vae import FeatureVAE, LatentHost, decoder_features, token_layout, LatentProbeMap, feature_statistics, vae_loss
+from .fit import LOG_EVERY
+from .vae import FeatureVAE, LatentHost, LatentProbeMap, decoder_features, feature_statistics, token_layout, vae_loss
 
 STAT_GROUPS = 64  # training groups whose features set the standardisation
 
