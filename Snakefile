@@ -26,6 +26,8 @@ wildcard_constraints:
     probe="[a-z0-9][a-z0-9-]*",
     head="[a-z0-9][a-z0-9-]*",
     vae="[a-z0-9][a-z0-9-]*",
+    cls="[a-z0-9][a-z0-9-]*",
+    dense="[a-z0-9][a-z0-9-]*",
 
 
 rule all:
@@ -38,4 +40,5 @@ include: "rules/data.smk"
 include: "rules/zoo.smk"
 include: "rules/diagnose.smk"
 include: "rules/learn.smk"
+include: "rules/prune.smk"
 include: "rules/report.smk"

@@ -41,6 +41,17 @@ def test_params_yaml_is_the_default_profile():
     (lambda p: p["zoo"]["tiny-dpt"].update(num_heads=5), "zoo.tiny-dpt.num_heads"),
     (lambda p: p["zoo"]["models"].append("tiny-xl"), "zoo.models"),
     (lambda p: p["world"].update(fov_deg=[70.0, 45.0]), "world.fov_deg"),
+    (lambda p: p["prune"].update(ratios=[0.2, 1.0]), "prune.ratios"),
+    (lambda p: p["prune"]["cls"]["tiny-cls"].update(methods=["tome", "magic"]), "prune.cls.tiny-cls.methods"),
+    (lambda p: p["prune"]["cls"]["tiny-cls"].update(head="nope"), "prune.cls.tiny-cls.head"),
+    (lambda p: p["prune"]["cls"]["tiny-cls"].update(spn="nope"), "prune.cls.tiny-cls.spn"),
+    (lambda p: p["prune"]["cls"]["tiny-cls"].update(layer=5), "prune.cls.tiny-cls.layer"),
+    (lambda p: p["prune"]["dense"]["tiny-dpt"].update(schedules=[[3, 1]]), "prune.dense.tiny-dpt.schedules"),
+    (lambda p: p["prune"]["dense"]["tiny-dpt"].update(schedules=[[1, 5]]), "prune.dense.tiny-dpt.schedules"),
+    (lambda p: p["prune"]["dense"]["tiny-dpt"].update(probe="dpt-depth-l4"), "prune.dense.tiny-dpt.probe"),
+    (lambda p: p["prune"].update(seeds=[0, 7]), "prune.cls.tiny-cls.head"),
+    (lambda p: p["prune"].update(resolutions=[64, 100]), "prune.resolutions"),
+    (lambda p: p["prune"].update(domains=["rgb", "infrared"]), "prune.domains"),
 ])
 def test_invalid_values_are_rejected_naming_the_key(params: dict, mutate, named: str):
     bad = copy.deepcopy(params)

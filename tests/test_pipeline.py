@@ -25,7 +25,9 @@ pytestmark = pytest.mark.pipeline
 TABLES = ("results/zoo_table.csv", "results/data/summary.csv", "results/REPORT.md",
           *(f"results/diagnose/{t}.csv" for t in ("table1", "power_iterations", "output_metric", "accuracy")),
           "results/diagnose/probes/mv-depth-reads.json",
-          *(f"results/metric/{t}.csv" for t in ("importance", "head_ablations", "table13", "vae")))
+          *(f"results/metric/{t}.csv" for t in ("importance", "head_ablations", "table13", "vae")),
+          *(f"results/prune/{t}.csv" for t in ("table2", "resolutions", "schedules", "second_domain", "baselines",
+                                               "accuracy")))
 
 
 def snakemake_jobs(repo: Path) -> dict[str, dict]:
@@ -136,6 +138,9 @@ PROBES = [f"diagnose@{name}" for name in SMOKE["diagnose"]["probes"]]
 TARGETS = {f"targets@{name}" for name in SMOKE["learn"]["probes"]}
 HEADS = {f"head@{name}" for name in SMOKE["learn"]["heads"]}
 SPNS = {f"spn@{name}" for name in SMOKE["learn"]["spn"]}
+PRUNE_CLS = {f"prune-cls@{name}" for name in SMOKE["prune"]["cls"]}
+PRUNE_DENSE = {f"prune-dense@{name}" for name in SMOKE["prune"]["dense"]}
+PRUNE_SPEED = {f"prune-speed@{name}" for name in SMOKE["prune"]["dense"]}
 PERTURB = {  # one change under each params key a stage declares, and the stages that read it
     "world": (lambda p: p["world"].update(seed=p["world"]["seed"] + 1), {"fetch"}),
     "real": (lambda p: p["real"].update(imagenet_val="/nonexistent"), {"fetch"}),
@@ -143,7 +148,7 @@ PERTURB = {  # one change under each params key a stage declares, and the stages
     "zoo.tiny-mv": (lambda p: p["zoo"]["tiny-mv"].update(steps=p["zoo"]["tiny-mv"]["steps"] + 1), {"zoo@tiny-mv"}),
     "zoo.models": (lambda p: p["zoo"]["models"].reverse(), {"zoo-table"}),
     "device": (lambda p: p.update(device="cpu"), {"zoo@tiny-cls", "zoo@tiny-dpt", "zoo@tiny-mv", *PROBES, "vae@mv-depth",
-                                                  *TARGETS, *HEADS, *SPNS}),
+                                                  *TARGETS, *HEADS, *SPNS, *PRUNE_CLS, *PRUNE_DENSE, *PRUNE_SPEED}),
     "profile": (lambda p: p.update(profile="default"), {"report"}),
     "diagnose.probes.dpt-depth-l4": (lambda p: p["diagnose"]["probes"]["dpt-depth-l4"].update(layers=[3]),
                                      {"diagnose@dpt-depth-l4", "diagnose-tables"}),
@@ -156,15 +161,24 @@ PERTURB = {  # one change under each params key a stage declares, and the stages
     "vae.mv-depth": (lambda p: p["vae"]["mv-depth"].update(beta=0.1), {"vae@mv-depth"}),
     "learn.r": (lambda p: p["learn"].update(r=6), TARGETS),
     "learn.targets": (lambda p: p["learn"]["targets"].update(block=2), TARGETS),
-    "learn.targets.power_iters": (lambda p: p["learn"]["targets"].update(power_iters=3), {*TARGETS, *HEADS, *SPNS}),
+    "learn.targets.power_iters": (lambda p: p["learn"]["targets"].update(power_iters=3),
+                                  {*TARGETS, *HEADS, *SPNS, *PRUNE_DENSE}),
     "learn.probes.dpt-depth-l4": (lambda p: p["learn"]["probes"]["dpt-depth-l4"].update(layers=[3]),
-                                  {"targets@dpt-depth-l4"}),
-    "learn.bootstrap": (lambda p: p["learn"]["bootstrap"].update(seed=1), {"vae@mv-depth", *HEADS, *SPNS}),
+                                  {"targets@dpt-depth-l4", *PRUNE_DENSE}),
+    "learn.bootstrap": (lambda p: p["learn"]["bootstrap"].update(seed=1),
+                        {"vae@mv-depth", *HEADS, *SPNS, *PRUNE_CLS, *PRUNE_DENSE}),
     "learn.spn.mv-depth-latent": (lambda p: p["learn"]["spn"]["mv-depth-latent"].update(steps=11),
                                   {"spn@mv-depth-latent"}),
     "learn.head_defaults": (lambda p: p["learn"]["head_defaults"].update(lr=0.001), HEADS),
     "learn.heads.dpt-block-norm": (lambda p: p["learn"]["heads"]["dpt-block-norm"].update(w_rank=1.0),
                                    {"head@dpt-block-norm"}),
+    "prune.ratios": (lambda p: p["prune"].update(ratios=[0.0, 0.3]), {*PRUNE_CLS, *PRUNE_DENSE, *PRUNE_SPEED}),
+    "prune.images": (lambda p: p["prune"].update(images=3), {*PRUNE_CLS, *PRUNE_DENSE}),
+    "prune.knn": (lambda p: p["prune"]["knn"].update(k=2), PRUNE_CLS),
+    "prune.speed": (lambda p: p["prune"]["speed"].update(repeats=2), PRUNE_SPEED),
+    "prune.cls.tiny-cls": (lambda p: p["prune"]["cls"]["tiny-cls"].update(layer=3), {"prune-cls@tiny-cls"}),
+    "prune.dense.tiny-dpt": (lambda p: p["prune"]["dense"]["tiny-dpt"].update(schedules=[[2]]),
+                             {"prune-dense@tiny-dpt", "prune-speed@tiny-dpt"}),
 }
 
 

@@ -73,7 +73,7 @@ def cross_checks(params: dict) -> list[str]:
             problems.append(f"{key}.layers: {probe['layers']} must be below depth {cfg['depth']}")
         if probe.get("output_metric") == "so3" and probe["decoder"] != "camera":
             problems.append(f"{key}.output_metric: so3 applies to the camera decoder only")
-    problems += learn_checks(params)
+    problems += learn_checks(params) + prune_checks(params)
     world = params["world"]
     for key in ("num_objects", "fov_deg"):
         lo, hi = world[key]
@@ -107,6 +107,54 @@ def learn_checks(params: dict) -> list[str]:
         probe = learn["probes"].get(head["probe"], {})
         if train > {**learn["targets"]["images"], **probe.get("images", {})}["train"]:
             problems.append(f"learn.heads.{name}.train_images: {train} exceeds the probe's training images")
+    return problems
+
+
+def prune_checks(params: dict) -> list[str]:
+    """Cross-references of the prune section: models, heads, SPNs, resolutions, schedules."""
+    problems = []
+    zoo, learn, prune, world = params["zoo"], params["learn"], params["prune"], params["world"]
+    if not prune["cls"] and not prune["dense"]:
+        return problems
+    rendered = [world["resolution"], *world.get("eval_resolutions", [])]
+    if prune["resolutions"][0] != world["resolution"]:
+        problems.append(f"prune.resolutions: must start with the base resolution world.resolution = {world['resolution']}")
+    for r in prune["resolutions"]:
+        if r not in rendered:
+            problems.append(f"prune.resolutions: {r} is not rendered (world.resolution + world.eval_resolutions: {rendered})")
+    for kind in ("cls", "dense"):
+        for name, cfg in prune[kind].items():
+            key = f"prune.{kind}.{name}"
+            model = zoo.get(cfg["model"])
+            if cfg["model"] not in zoo["models"] or model is None:
+                problems.append(f"{key}.model: {cfg['model']!r} is not a zoo model")
+                continue
+            head = learn["heads"].get(cfg["head"])
+            if head is None:
+                problems.append(f"{key}.head: {cfg['head']!r} is not an importance head of learn.heads")
+            else:
+                seeds = {**learn["head_defaults"], **head}["seeds"]
+                if missing := [s for s in prune["seeds"] if s not in seeds]:
+                    problems.append(f"{key}.head: head {cfg['head']!r} is trained for seeds {seeds}; prune.seeds "
+                                    f"also asks for {missing}")
+            depth = model.get("depth")
+            if kind == "cls":
+                if cfg["spn"] not in learn["spn"]:
+                    problems.append(f"{key}.spn: {cfg['spn']!r} is not an SPN of learn.spn")
+                if depth is not None and not 0 <= cfg["layer"] < depth - 1:
+                    problems.append(f"{key}.layer: {cfg['layer']} must be below the final block {depth - 1}")
+            else:
+                if head is not None and head["probe"] != cfg["probe"]:
+                    problems.append(f"{key}.probe: the head {cfg['head']!r} is trained on probe {head['probe']!r}")
+                last = max(model.get("read_layers", [0])) if depth is not None else None
+                for schedule in cfg["schedules"]:
+                    if schedule != sorted(set(schedule)) or (last is not None and schedule[-1] >= last):
+                        problems.append(f"{key}.schedules: {schedule} must be strictly increasing blocks below the "
+                                        f"decoder's last block {last}")
+    if prune["knn"]["bank_images"] > world["splits"]["train"]:
+        problems.append(f"prune.knn.bank_images: {prune['knn']['bank_images']} exceeds world.splits.train")
+    if prune["images"] > world["splits"]["test"]:
+        problems.append(f"prune.images: {prune['images']} exceeds world.splits.test")
     return problems
 
 

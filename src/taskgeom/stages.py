@@ -82,6 +82,11 @@ PARAMS_OK = "data/params.ok"
 DIAGNOSTIC_TABLES = ("table1", "power_iterations", "output_metric", "accuracy")
 METRIC_TABLES = ("importance", "head_ablations", "table13", "vae")
 METRIC_FIGURES = ("importance_maps", "training_curves")
+PRUNE_TABLES = ("table2", "resolutions", "schedules", "second_domain", "baselines", "accuracy", "speed")
+PRUNE_FIGURES = ("prune_degradation", "prune_maps")
+PRUNE_CODE = tuple(f"{PKG}/prune/{m}.py" for m in (
+    "tome", "evit", "select", "scores", "soft_merge", "timm_blocks", "cls_merge", "llf", "evaluation"))
+PRUNE_SETTINGS = ("prune.ratios", "prune.seeds", "prune.images", "prune.batch_size", "prune.domains", "prune.resolutions")
 
 STAGES: tuple[Stage, ...] = (
     Stage(
@@ -269,6 +274,83 @@ STAGES: tuple[Stage, ...] = (
         code=(f"{PKG}/report/metric_tables.py", f"{PKG}/report/tables.py", f"{PKG}/report/figures.py"),
     ),
     Stage(
+        name="prune-cls",
+        runner="taskgeom.prune.run_cls:run",
+        help="Token reduction in a frozen CLS model: importance-guided soft merge against ToMe, ToMe scoring, "
+             "EViT and random; CLS degradation per ratio, domain and resolution, k-NN accuracy (§7.1).",
+        deps={"params_ok": PARAMS_OK, "train": WORLD_FILES["train"], "test": WORLD_FILES["test"],
+              "weights": "data/zoo/{cls.model}/model.safetensors", "config": "data/zoo/{cls.model}/config.json",
+              "head_weights": "data/heads/{cls.head}/model.safetensors", "head_config": "data/heads/{cls.head}/config.json",
+              "spn_weights": "data/spn/{cls.spn}/model.safetensors", "spn_config": "data/spn/{cls.spn}/config.json"},
+        outs={"table": "results/prune/cls/{cls}.csv", "summary": "results/prune/cls/{cls}.json"},
+        params=("prune.cls.{cls}", *PRUNE_SETTINGS, "prune.knn", "learn.bootstrap", "device"),
+        code=(f"{PKG}/prune/run_cls.py", *PRUNE_CODE, f"{PKG}/evaluate/knn.py", f"{PKG}/evaluate/stats.py",
+              f"{PKG}/metric/checkpoint.py", f"{PKG}/metric/positions.py"),
+        wildcard="cls",
+        foreach="prune.cls",
+        keyed=True,
+        threads=2,
+        runtime=60,
+    ),
+    Stage(
+        name="prune-dense",
+        runner="taskgeom.prune.run_dense:run",
+        help="Hard prune + Last-Layer Fusion in a frozen dense model: importance against ToMe, ToMe scoring, EViT "
+             "and random per schedule, ratio, domain and resolution, LLF on and off (§7.2); Figure 2's maps.",
+        deps={"params_ok": PARAMS_OK, "test": WORLD_FILES["test"],
+              "weights": "data/zoo/{dense.model}/model.safetensors", "config": "data/zoo/{dense.model}/config.json",
+              "head_weights": "data/heads/{dense.head}/model.safetensors",
+              "head_config": "data/heads/{dense.head}/config.json", "targets": "data/targets/{dense.probe}/test.h5"},
+        outs={"table": "results/prune/dense/{dense}.csv", "summary": "results/prune/dense/{dense}.json"},
+        params=("prune.dense.{dense}", *PRUNE_SETTINGS, "learn.bootstrap", "learn.probes", "learn.targets.power_iters",
+                "device"),
+        code=(f"{PKG}/prune/run_dense.py", *PRUNE_CODE, f"{PKG}/evaluate/stats.py", f"{PKG}/evaluate/tasks.py",
+              f"{PKG}/metric/checkpoint.py", f"{PKG}/metric/positions.py"),
+        wildcard="dense",
+        foreach="prune.dense",
+        keyed=True,
+        threads=2,
+        runtime=60,
+    ),
+    Stage(
+        name="prune-speed",
+        runner="taskgeom.prune.run_speed:run",
+        help="FLOPs removed and measured wall-clock speedup of every pruning method against the unpruned dense "
+             "model, per ratio, schedule and resolution (scoring and reinsertion included).",
+        deps={"params_ok": PARAMS_OK, "test": WORLD_FILES["test"],
+              "weights": "data/zoo/{dense.model}/model.safetensors", "config": "data/zoo/{dense.model}/config.json",
+              "head_weights": "data/heads/{dense.head}/model.safetensors",
+              "head_config": "data/heads/{dense.head}/config.json"},
+        outs={"table": "results/prune/speed/{dense}.csv"},
+        params=("prune.dense.{dense}", "prune.ratios", "prune.seeds", "prune.domains", "prune.resolutions",
+                "prune.speed", "device"),
+        code=(f"{PKG}/prune/run_speed.py", *PRUNE_CODE, f"{PKG}/evaluate/cost.py"),
+        wildcard="dense",
+        foreach="prune.dense",
+        keyed=True,
+        threads=2,
+        runtime=60,
+        gpu=True,
+    ),
+    Stage(
+        name="prune-tables",
+        runner="taskgeom.report.prune_tables:run",
+        help="Table 2 (both halves), the resolution and schedule tables (4, 5), the second-domain table, the "
+             "baselines table (12), k-NN accuracy and speed, beside the paper's figures; degradation curves and "
+             "Figure 2's importance / ToMe maps.",
+        deps={"params_ok": PARAMS_OK,
+              "cls": Collect("results/prune/cls/{item}.csv", over="prune.cls"),
+              "cls_summary": Collect("results/prune/cls/{item}.json", over="prune.cls"),
+              "dense": Collect("results/prune/dense/{item}.csv", over="prune.dense"),
+              "dense_summary": Collect("results/prune/dense/{item}.json", over="prune.dense"),
+              "speed": Collect("results/prune/speed/{item}.csv", over="prune.dense"),
+              "test": WORLD_FILES["test"],
+              "paper_numbers": "references/paper_numbers.yaml"},
+        outs={**{f"{t}_{ext}": f"results/prune/{t}.{ext}" for t in PRUNE_TABLES for ext in ("csv", "md", "tex")},
+              **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in PRUNE_FIGURES for ext in ("png", "pdf")}},
+        code=(f"{PKG}/report/prune_tables.py", f"{PKG}/report/tables.py", f"{PKG}/report/figures.py"),
+    ),
+    Stage(
         name="report",
         runner="taskgeom.report.report:run",
         help="Assemble every table that exists into results/REPORT.md, beside the paper's figures.",
@@ -278,6 +360,7 @@ STAGES: tuple[Stage, ...] = (
             "data_summary": "results/data/summary.csv",
             **{f"diagnose_{t}": f"results/diagnose/{t}.csv" for t in DIAGNOSTIC_TABLES},
             **{f"metric_{t}": f"results/metric/{t}.csv" for t in METRIC_TABLES},
+            **{f"prune_{t}": f"results/prune/{t}.csv" for t in PRUNE_TABLES},
             "paper_numbers": "references/paper_numbers.yaml",
         },
         outs={"report": "results/REPORT.md"},

@@ -56,3 +56,14 @@ def spearman(a, b) -> float:
     if np.ptp(a) == 0 or np.ptp(b) == 0:
         return float("nan")
     return float(stats.spearmanr(a, b).statistic)
+
+
+def wilcoxon_p(a, b) -> float:
+    """Two-sided Wilcoxon signed-rank p-value of paired per-image values a vs b
+    (scipy.stats.wilcoxon); NaN when every pair is tied (no evidence either way)."""
+    a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"wilcoxon_p: shapes differ {a.shape} vs {b.shape}")
+    if np.all(a == b):
+        return float("nan")
+    return float(stats.wilcoxon(a, b, zero_method="wilcox").pvalue)

@@ -1,25 +1,55 @@
-"""Loading learned-metric networks from their checkpoints: safetensors weights + a JSON config,
-written by ``taskgeom.models.zoo.save`` (never pickles, DESIGN.md "Conventions")."""
+"""Learned-metric networks on disk: safetensors weights + a JSON config (never pickles,
+DESIGN.md "Conventions"). An importance-head checkpoint holds one network per training seed,
+its tensors prefixed ``seed<k>.``, so the pruning stages can average over seeds."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..runtime import atomic_path, write_json
 
-def load(weights: str | Path, config_path: str | Path) -> tuple[nn.Module, dict]:
-    """Rebuild an importance head or SPN from its checkpoint (eval mode)."""
+
+def save_seeds(models: dict[int, nn.Module], architecture: dict, weights: Path, config_path: Path,
+               metadata: dict) -> None:
+    """One network per seed in one safetensors file, the architecture and seeds in the JSON."""
+    state = {f"seed{seed}.{k}": v.detach().contiguous().cpu()
+             for seed, model in models.items() for k, v in model.state_dict().items()}
+    with atomic_path(weights) as tmp:
+        save_file(state, str(tmp))
+    write_json(config_path, {"architecture": architecture, "seeds": list(models), **metadata})
+
+
+def load(weights: str | Path, config_path: str | Path, seed: int | None = None) -> tuple[nn.Module, dict]:
+    """Rebuild an importance head or SPN from its checkpoint (eval mode); for a per-seed
+    checkpoint, the network of ``seed`` (default: the first)."""
     from .head import ImportanceHead
     from .spn import SpectralPullbackNetwork
 
     for p in (Path(weights), Path(config_path)):
         if not p.is_file():
             raise FileNotFoundError(f"{p}: checkpoint file missing (run the stage that trains it)")
-    cfg = json.loads(Path(config_path).read_text())["architecture"]
+    meta = json.loads(Path(config_path).read_text())
+    cfg = meta["architecture"]
     args = {k: v for k, v in cfg.items() if k != "kind"}
     model = {"importance_head": ImportanceHead, "spn": SpectralPullbackNetwork}[cfg["kind"]](**args)
-    model.load_state_dict(load_file(str(weights)))
+    state = load_file(str(weights))
+    if "seeds" in meta:
+        seeds = meta["seeds"]
+        seed = seeds[0] if seed is None else seed
+        if seed not in seeds:
+            raise KeyError(f"{weights}: no network for seed {seed}; it holds seeds {seeds}")
+        prefix = f"seed{seed}."
+        state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    elif seed is not None:
+        raise KeyError(f"{weights}: a single-network checkpoint; seed {seed} cannot be chosen")
+    model.load_state_dict(state)
     return model.eval(), cfg
+
+
+def seeds_of(config_path: str | Path) -> list[int]:
+    """The seeds a checkpoint holds ([] for a single-network one)."""
+    return list(json.loads(Path(config_path).read_text()).get("seeds", []))

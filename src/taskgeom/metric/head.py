@@ -19,7 +19,8 @@ from torch import Tensor, nn
 
 
 class ImportanceHead(nn.Module):
-    """F (B, N, D) -> scores (B, N)."""
+    """F (B, N, D) -> scores (B, N). ``pos`` (B, N, width) replaces the learned position of each
+    token slot: a subset of tokens, or another grid (``taskgeom.metric.positions``)."""
 
     def __init__(self, tokens: int, dim: int, width: int = 64, heads: int = 2, layers: int = 1):
         super().__init__()
@@ -29,8 +30,8 @@ class ImportanceHead(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.out = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width), nn.GELU(), nn.Linear(width, 1))
 
-    def forward(self, F: Tensor) -> Tensor:
-        return self.out(self.encoder(self.inp(F) + self.pos)).squeeze(-1)
+    def forward(self, F: Tensor, pos: Tensor | None = None) -> Tensor:
+        return self.out(self.encoder(self.inp(F) + (self.pos if pos is None else pos))).squeeze(-1)
 
 
 def standardized_log(target: Tensor) -> Tensor:

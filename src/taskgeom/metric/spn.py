@@ -34,7 +34,8 @@ class PredictedMetric:
 
 class SpectralPullbackNetwork(nn.Module):
     """F (B, N, D) -> PredictedMetric. ``width`` w, ``depth`` transformer layers of ``heads``
-    heads over the N tokens, a learned position embedding per token slot."""
+    heads over the N tokens, a learned position embedding per token slot (``pos`` (B, N, width)
+    replaces it, as in ``ImportanceHead``)."""
 
     def __init__(self, tokens: int, dim: int, rank: int, width: int = 64, depth: int = 2, heads: int = 4):
         super().__init__()
@@ -46,9 +47,9 @@ class SpectralPullbackNetwork(nn.Module):
         self.modes = nn.Linear(width, dim * rank)
         self.energy = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, rank + 1))
 
-    def forward(self, F: Tensor) -> PredictedMetric:
+    def forward(self, F: Tensor, pos: Tensor | None = None) -> PredictedMetric:
         b, n, d = F.shape
-        h = self.encoder(self.inp(F) + self.pos)                          # (B, N, w)
+        h = self.encoder(self.inp(F) + (self.pos if pos is None else pos))                          # (B, N, w)
         raw = self.modes(h).reshape(b, n * d, self.rank)                  # (B, N·D, r)
         U = torch.linalg.qr(raw).Q                                        # orthonormal columns
         e = self.energy(h.mean(dim=1).detach())  # (B, r + 1); energies are read off, not trained into, h

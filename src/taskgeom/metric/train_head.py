@@ -2,8 +2,8 @@
 ``learn.head_defaults``) for each of its seeds on a probe's cached targets, and evaluate the
 Spearman ρ between predicted and target importance on the held-out test images (paper §5.4–5.5,
 App. F). Two floors: the untrained head of the same seed, and the mean training target of each
-token slot (what position alone predicts). The first seed's head is saved for the
-pruning stages."""
+token slot (what position alone predicts). Every seed's head is saved, for the pruning stages
+to average over."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pandas as pd
 import torch
 
 from ..evaluate.stats import spearman, summarize
-from ..models import zoo
 from ..models.host import param_count
 from ..report.tables import write_table
 from ..runtime import StageContext, write_json
 from ..targets import TargetFile
+from .checkpoint import save_seeds
 from .fit import fit, predict
 from .head import ImportanceHead, head_loss
 
@@ -57,7 +57,7 @@ def run(ctx: StageContext) -> None:
     exact_truth = test.read(("exact/importance",))["exact/importance"] if test.exact and cfg["target"] == "spectral" else None
     score = lambda model, F: model(F)
     loss = lambda model, b: head_loss(model(b["features"]), b[key], cfg["w_rank"])
-    seeds, curves, examples = [], [], None
+    seeds, curves, examples, heads = [], [], None, {}
     torch.use_deterministic_algorithms(True, warn_only=True)
     for seed in cfg["seeds"]:
         torch.manual_seed(seed)
@@ -79,9 +79,10 @@ def run(ctx: StageContext) -> None:
         if examples is None:
             examples = {"index": list(range(EXAMPLES)), "predicted": pred[:EXAMPLES].tolist(),
                         "target": truth["test"][:EXAMPLES].tolist(), "rho": rho[:EXAMPLES].tolist()}
-            zoo.save(head, {"kind": "importance_head", "tokens": train.tokens, "dim": train.dim, "width": cfg["width"],
-                            "heads": cfg["heads"], "layers": cfg["layers"]},
-                     ctx.outputs["weights"], ctx.outputs["config"], {"provenance": ctx.provenance()})
+        heads[seed] = head
+    save_seeds(heads, {"kind": "importance_head", "tokens": train.tokens, "dim": train.dim, "width": cfg["width"],
+                       "heads": cfg["heads"], "layers": cfg["layers"]},
+               ctx.outputs["weights"], ctx.outputs["config"], {"provenance": ctx.provenance()})
     summary = {k: summarize([s[k] for s in seeds], boot["resamples"], boot["level"], boot["seed"]).as_dict()
                for k in seeds[0] if k.startswith("rho")}
     write_json(ctx.outputs["metrics"], {

@@ -85,11 +85,11 @@ class TinyDPT(nn.Module):
     decoders = ("depth",)
 
     def __init__(self, embed_dim: int, depth: int, num_heads: int, patch_size: int, img_size: int,
-                 read_layers: Sequence[int], head_features: int):
+                 read_layers: Sequence[int], head_features: int, conv_stem: bool = True):
         super().__init__()
         if len(read_layers) != 4 or max(read_layers) >= depth:
             raise ValueError(f"read_layers must be 4 block indices below depth={depth}, got {list(read_layers)}")
-        self.vit = tiny_vit(embed_dim, depth, num_heads, patch_size, img_size)
+        self.vit = tiny_vit(embed_dim, depth, num_heads, patch_size, img_size, conv_stem=conv_stem)
         self.read_layers = tuple(read_layers)
         self.head = DPTHead(embed_dim, head_features)
         self.num_blocks = depth

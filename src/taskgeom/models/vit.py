@@ -43,12 +43,13 @@ class ConvStemPatchEmbed(PatchEmbed):
 
 
 def tiny_vit(embed_dim: int, depth: int, num_heads: int, patch_size: int, img_size: int,
-             num_classes: int = 0) -> VisionTransformer:
-    """A small timm ViT; ``dynamic_img_size`` lets it run at any multiple of the patch size."""
+             num_classes: int = 0, conv_stem: bool = True) -> VisionTransformer:
+    """A small timm ViT; ``dynamic_img_size`` lets it run at any multiple of the patch size.
+    ``conv_stem=False``: plain patchify, as in ViT-B/16."""
     return VisionTransformer(
         img_size=img_size, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
         num_heads=num_heads, mlp_ratio=4.0, num_classes=num_classes, dynamic_img_size=True,
-        global_pool="token", embed_layer=ConvStemPatchEmbed,
+        global_pool="token", embed_layer=ConvStemPatchEmbed if conv_stem else PatchEmbed,
     )
 
 

@@ -21,6 +21,8 @@ class Section:
     input: str            # the report stage's input name (a CSV)
     text: str
     paper_key: str | None = None  # top-level key of references/paper_numbers.yaml
+    pivots: bool = False          # show the stage's Markdown pivots (beside the CSV) instead of the long CSV
+    link_only: bool = False       # machine-dependent figures: linked, not copied, so the report stays reproducible
 
 
 SECTIONS = (
@@ -60,6 +62,25 @@ SECTIONS = (
             "The diagnostic of the probe at the VAE's latent registers against the probe at the decoder's own "
             "input layers, on the same held-out groups, and the depth decoded from reconstructed features "
             "against the depth from the original ones."),
+    Section("Table 2: token merging (CLS) and pruning (dense)", "prune_table2",
+            "CLS degradation ×100 = 100·(1 − cos) of the embedding after merging, and the additional SILog ×100 of "
+            "the depth after hard pruning + Last-Layer Fusion, at the base domain and resolution, mean over seeds, "
+            "with the Wilcoxon signed-rank p of importance against each baseline. Figures: "
+            "`figures/prune_degradation.png`, `figures/prune_maps.png` (the paper's Figure 2).", pivots=True),
+    Section("Tables 4–5: pruning at higher resolutions", "prune_resolutions",
+            "Additional SILog ×100 per schedule at the base resolution, 1.5× and 2×, with importance's relative "
+            "reduction of ToMe scoring's error.", pivots=True),
+    Section("Pruning schedules and Last-Layer Fusion (App. E.1)", "prune_schedules",
+            "1, 2 and 4 pruning stages, each with LLF on and off, at the base setting.", pivots=True),
+    Section("The second domain (App. G, the ImageNet-Sketch role)", "prune_second_domain",
+            "Both tasks on the line-drawing renders of the test split.", pivots=True),
+    Section("Table 12: every baseline", "prune_baselines",
+            "Random, ToMe scoring, EViT and ToMe merging against importance.", pivots=True),
+    Section("k-NN accuracy after merging (App. H)", "prune_accuracy",
+            "Weighted k-NN top-1 of the merged CLS embedding against the unmerged training embeddings.", pivots=True),
+    Section("Cost of pruning", "prune_speed",
+            "FLOPs saved and wall-clock speedup against the unpruned model, scoring and reinsertion included. "
+            "Times depend on the machine, so they are not copied here.", "speed", link_only=True),
 )
 
 
@@ -82,8 +103,11 @@ def render(ctx: StageContext) -> str:
         path = ctx.inputs[section.input]
         table = read_table(path)
         rel = os.path.relpath(path, ctx.outputs["report"].parent)
-        out += [f"## {section.title}", "", section.text, "", f"Source: [`{rel}`]({rel})", "",
-                table.to_markdown(index=False, floatfmt=".4g"), ""]
+        out += [f"## {section.title}", "", section.text, "", f"Source: [`{rel}`]({rel})", ""]
+        if section.pivots:
+            out += [Path(path).with_suffix(".md").read_text(), ""]
+        elif not section.link_only:
+            out += [table.to_markdown(index=False, floatfmt=".4g"), ""]
         if section.paper_key:
             out += [paper_block(numbers, section.paper_key), ""]
     out += ["## Figures", ""]

@@ -1,0 +1,72 @@
+"""Token reduction for CLS decoders (paper §7.1): one reduction after block ``layer``, then the
+remaining blocks on fewer tokens, with proportional attention where tokens stand for several.
+
+Methods, each removing P − ceil((1 − η)·P) patch tokens:
+  importance  the lowest predicted importance, each merged into the kept patch token nearest in
+              the single-token pullback distance of the SPN, averaged with weights exp(score)·size
+              (the head regresses standardised log importance, so exp(score) is a relative importance)
+  tome_score  the lowest ToMe scores (most redundant), merged into the nearest by key cosine, size-weighted
+  random      seeded random choice, merged into the nearest by key cosine, size-weighted
+  tome        ToMe's bipartite soft matching with r = the same count, size-weighted, proportional attention
+  evit        EViT: the least attended by the class token fused into one token
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..models.host import ProbeHost
+from .evit import evit_fuse
+from .scores import LearnedMetric, grid_of, scores_for
+from .select import num_removed, split_lowest
+from .soft_merge import cosine_distance, merge_into_nearest, pullback_distance
+from .timm_blocks import block_forward, block_with_stats, timm_block
+from .tome import bipartite_soft_matching, merge_wavg
+
+
+def reduce_tokens(method: str, h: Tensor, stats, k: int, grid, learned: LearnedMetric | None,
+                  generator: torch.Generator | None) -> tuple[Tensor, Tensor | None]:
+    """h (B, N, D) after the reduction block -> (h' (B, N', D), size (B, N', 1) or None)."""
+    prefix = grid.prefix
+    if method == "tome":
+        merge, _ = bipartite_soft_matching(stats.keys, k, class_token=prefix > 0)
+        return merge_wavg(merge, h)
+    if method == "evit":
+        return evit_fuse(h, stats.cls_attn, k, prefix), None
+    idx = torch.arange(h.shape[1], device=h.device).expand(h.shape[0], -1)
+    scores = scores_for(method, h, idx, stats, grid, learned, generator)
+    keep, drop = split_lowest(scores, k, prefix)
+    size = torch.ones_like(h[..., :1])
+    if method == "importance":
+        distance = pullback_distance(h, learned.metric(h, grid), keep, drop, prefix)
+        return merge_into_nearest(h, size, keep, drop, distance, scores.exp(), prefix)
+    return merge_into_nearest(h, size, keep, drop, cosine_distance(stats.keys, keep, drop, prefix), None, prefix)
+
+
+@torch.no_grad()
+def merged_forward(host: ProbeHost, decoder: str, images: Tensor, layer: int, method: str, ratio: float,
+                   learned: LearnedMetric | None = None, generator: torch.Generator | None = None) -> Tensor:
+    """images (B, 3, H, W) -> decoder output (B, M) with tokens reduced after block ``layer``.
+    The decoder must read only the final block (a CLS decoder)."""
+    last = host.num_blocks - 1
+    if tuple(host.decoder_layers(decoder)) != (last,):
+        raise ValueError(f"soft merging serves decoders reading only the final block; {decoder!r} reads "
+                         f"{list(host.decoder_layers(decoder))} (use hard prune + LLF)")
+    if not 0 <= layer < last:
+        raise ValueError(f"merge layer {layer} must be below the final block {last}")
+    h, ctx = host.embed(images)
+    grid = grid_of(ctx)
+    k = num_removed(grid.rows * grid.cols, ratio)
+    size = None
+    for i in range(last + 1):
+        if i == layer and k > 0:
+            # every method but importance reads the keys (to score, or to find the nearest token)
+            h, stats = (block_with_stats(timm_block(host, i), h) if method != "importance"
+                        else (host.block(i, h, ctx), None))
+            h, size = reduce_tokens(method, h, stats, k, grid, learned, generator)
+        elif size is not None:
+            h = block_forward(timm_block(host, i), h, size)
+        else:
+            h = host.block(i, h, ctx)
+    return host.decode(decoder, {last: h}, ctx)

@@ -1,0 +1,96 @@
+"""What the pruning stages share: the frozen model and its learned metric per seed, the
+evaluation images of each domain and resolution, and per-setting statistics (mean over seeds
+and images, bootstrap interval, Wilcoxon signed-rank p of importance against each baseline)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..data.splits import read_world
+from ..evaluate.stats import summarize, wilcoxon_p
+from ..metric import checkpoint
+from ..models import zoo
+from ..models.host import freeze
+from ..models.vit import Grid
+from .scores import LearnedMetric
+
+DETERMINISTIC = frozenset({"tome_score", "tome", "evit"})   # the same output for every seed
+DOMAINS = {"rgb": "rgb", "sketch": "sketch"}                 # domain -> the world's render of it
+
+
+def load_host(inputs: dict[str, Path], device: str, dtype: torch.dtype = torch.float32):
+    """The frozen zoo model of the stage's ``weights`` / ``config`` inputs and its base token grid."""
+    host = freeze(zoo.load(inputs["weights"], inputs["config"], device)).to(dtype)
+    arch = json.loads(Path(inputs["config"]).read_text())["architecture"]
+    side = arch["img_size"] // arch["patch_size"]
+    return host, Grid(host.vit.num_prefix_tokens, side, side), arch["img_size"]
+
+
+def load_learned(inputs: dict[str, Path], seeds: list[int], base: Grid, device: str,
+                 dtype: torch.dtype = torch.float32, spn: bool = False) -> dict[int, LearnedMetric]:
+    """The importance head of every seed (and the SPN, shared) as LearnedMetrics."""
+    held = checkpoint.seeds_of(inputs["head_config"])
+    missing = [s for s in seeds if s not in held]
+    if missing:
+        raise ValueError(f"prune.seeds {missing}: {inputs['head_config']} holds heads for seeds {held}; "
+                         "list those seeds in the head's learn.heads entry")
+    net = None
+    if spn:
+        net = checkpoint.load(inputs["spn_weights"], inputs["spn_config"])[0].to(device, dtype)
+    return {s: LearnedMetric(checkpoint.load(inputs["head_weights"], inputs["head_config"], s)[0].to(device, dtype),
+                             base, net) for s in seeds}
+
+
+def settings(prune: dict, base_resolution: int) -> list[tuple[str, int]]:
+    """(domain, resolution) pairs evaluated: every domain at the base resolution, then the
+    first domain at each further resolution."""
+    if prune["resolutions"][0] != base_resolution:
+        raise ValueError(f"prune.resolutions must start with the base resolution {base_resolution}, "
+                         f"got {prune['resolutions']}")
+    return [(d, base_resolution) for d in prune["domains"]] + [(prune["domains"][0], r) for r in prune["resolutions"][1:]]
+
+
+def world_batch(path: Path, domain: str, resolution: int, limit: int, keys: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """The first ``limit`` images of a world split in ``domain`` at ``resolution``, plus ``keys``."""
+    if domain not in DOMAINS:
+        raise ValueError(f"prune.domains: unknown domain {domain!r}; known: {sorted(DOMAINS)}")
+    arrays = read_world(path, resolution, keys=(DOMAINS[domain], *keys), limit=limit)
+    if len(arrays[DOMAINS[domain]]) < limit:
+        raise ValueError(f"prune.images: {limit} requested, {path} holds {len(arrays[DOMAINS[domain]])}")
+    return arrays
+
+
+def batched(fn: Callable[[Tensor], Tensor], x: Tensor, batch_size: int) -> Tensor:
+    return torch.cat([fn(x[i:i + batch_size]) for i in range(0, len(x), batch_size)])
+
+
+def seed_runs(method: str, seeds: list[int]) -> Iterator[tuple[int, bool]]:
+    """(seed, computed) pairs: a deterministic method runs once and is repeated for the other seeds."""
+    for j, s in enumerate(seeds):
+        yield s, not (method in DETERMINISTIC and j > 0)
+
+
+def generator(seed: int, *key: int) -> torch.Generator:
+    return torch.Generator().manual_seed(int(np.random.SeedSequence([seed, *key]).generate_state(1)[0]))
+
+
+def summary_rows(values: dict[str, np.ndarray], boot: dict, reference: str = "importance") -> list[dict]:
+    """values: method -> (seeds, images) per-image metric -> one row per method: the mean, the std
+    over seeds of the image means, the bootstrap interval over images of the seed-averaged values,
+    and the Wilcoxon p of ``reference`` against the method, paired by image."""
+    rows = []
+    for method, v in values.items():
+        per_image = v.mean(axis=0)
+        s = summarize(per_image, boot["resamples"], boot["level"], boot["seed"])
+        row = {"method": method, "mean": s.mean, "std_seeds": float(v.mean(axis=1).std(ddof=1)) if len(v) > 1 else 0.0,
+               "ci_low": s.low, "ci_high": s.high, "images": s.n}
+        if reference in values and method != reference:
+            row["p_vs_importance"] = wilcoxon_p(values[reference].mean(axis=0), per_image)
+        rows.append(row)
+    return rows

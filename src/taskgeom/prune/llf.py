@@ -1,0 +1,130 @@
+"""Hard pruning with Last-Layer Fusion for dense decoders (paper §7.2, App. D).
+
+After each block of the ``schedule`` the lowest-scoring patch tokens are removed (the total
+P − ceil((1 − η)·P) spread evenly over the stages, earlier stages taking the remainder). A removed
+token's features stay frozen at their value when it was removed; the blocks in between run on the
+kept tokens only. Every block output the decoder reads is the full token grid: kept tokens at their
+current values, removed ones frozen. With LLF, every token is reinserted before the decoder's last
+block, which then attends over the full sequence (no parameters, no training); without it, the
+last block also runs on the kept tokens and the frozen ones are filled in afterwards.
+
+``tome`` is ToMe's dense usage at the same points: bipartite merging (proportional attention),
+and ToMe's unmerge wherever a full grid is needed (read layers, and before the last block with LLF).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from ..models.host import ProbeHost, check_decoder
+from .scores import NEEDS_STATS, LearnedMetric, grid_of, scores_for
+from .select import gather_tokens, num_removed, scatter_tokens, split_lowest
+from .timm_blocks import block_forward, block_with_stats, timm_block
+from .tome import bipartite_soft_matching, merge_wavg
+
+
+def stage_counts(total: int, stages: int) -> list[int]:
+    """Removals per stage: ``total`` split evenly, the remainder to the earliest stages."""
+    base, extra = divmod(total, stages)
+    return [base + (j < extra) for j in range(stages)]
+
+
+def check_schedule(schedule: Sequence[int], last: int) -> tuple[int, ...]:
+    schedule = tuple(schedule)
+    if not schedule or list(schedule) != sorted(set(schedule)) or schedule[0] < 0 or schedule[-1] >= last:
+        raise ValueError(f"prune schedule {list(schedule)}: strictly increasing block indices below the "
+                         f"decoder's last block {last}")
+    return schedule
+
+
+class TokenState:
+    """The running tokens of one batch under hard pruning: h (B, K, D) at positions keep (B, K),
+    and the full grid ``frozen`` (B, N, D) holding every removed token at its frozen value."""
+
+    def __init__(self, h: Tensor):
+        self.h = h
+        self.keep: Tensor | None = None
+        self.frozen: Tensor | None = None
+
+    @property
+    def pruned(self) -> bool:
+        return self.keep is not None
+
+    def positions(self) -> Tensor:
+        b, n = self.h.shape[:2]
+        return self.keep if self.pruned else torch.arange(n, device=self.h.device).expand(b, n)
+
+    def full(self) -> Tensor:
+        """(B, N, D): kept tokens current, removed ones frozen."""
+        return scatter_tokens(self.frozen, self.keep, self.h) if self.pruned else self.h
+
+    def remove(self, keep_local: Tensor) -> None:
+        """Keep only rows keep_local (B, K') of the current tokens; the others freeze here."""
+        self.frozen = self.full()
+        self.keep = self.positions().gather(1, keep_local)
+        self.h = gather_tokens(self.h, keep_local)
+
+    def reinsert(self) -> None:
+        self.h, self.keep, self.frozen = self.full(), None, None
+
+
+@torch.no_grad()
+def pruned_forward(host: ProbeHost, decoder: str, images: Tensor, schedule: Sequence[int], method: str, ratio: float,
+                   llf: bool = True, learned: LearnedMetric | None = None,
+                   generator: torch.Generator | None = None) -> Tensor:
+    """images (B, 3, H, W) -> decoder output (B, M) with patch tokens pruned after the blocks of
+    ``schedule``, ``method`` one of random, tome_score, evit, importance (hard prune) or tome (merge)."""
+    check_decoder(host, decoder)
+    reads = tuple(host.decoder_layers(decoder))
+    last = max(reads)
+    schedule = check_schedule(schedule, last)
+    h, ctx = host.embed(images)
+    grid = grid_of(ctx)
+    counts = dict(zip(schedule, stage_counts(num_removed(grid.rows * grid.cols, ratio), len(schedule))))
+    if method == "tome":
+        return _tome_forward(host, decoder, h, ctx, reads, counts, llf)
+    state, states = TokenState(h), {}
+    for i in range(last + 1):
+        if i == last and llf:
+            state.reinsert()
+        k = counts.get(i, 0)
+        if k and method in NEEDS_STATS:
+            state.h, stats = block_with_stats(timm_block(host, i), state.h)
+        else:
+            state.h, stats = host.block(i, state.h, ctx), None
+        if k:
+            scores = scores_for(method, state.h, state.positions(), stats, grid, learned, generator)
+            keep_local, _ = split_lowest(scores, k, grid.prefix)
+            state.remove(keep_local)
+        if i in reads:
+            states[i] = state.full()
+    return host.decode(decoder, states, ctx)
+
+
+def _tome_forward(host, decoder, h, ctx, reads, counts, llf) -> Tensor:
+    unmerges, size, states = [], None, {}
+    last = max(reads)
+
+    def full(x: Tensor) -> Tensor:
+        for unmerge in reversed(unmerges):
+            x = unmerge(x)
+        return x
+
+    for i in range(last + 1):
+        if i == last and llf and unmerges:
+            h, unmerges, size = full(h), [], None
+        k = counts.get(i, 0)
+        block = timm_block(host, i)
+        if k:
+            h, stats = block_with_stats(block, h, size)
+            merge, unmerge = bipartite_soft_matching(stats.keys, k, class_token=grid_of(ctx).prefix > 0)
+            h, size = merge_wavg(merge, h, size)
+            unmerges.append(unmerge)
+        else:
+            h = block_forward(block, h, size)
+        if i in reads:
+            states[i] = full(h)
+    return host.decode(decoder, states, ctx)

@@ -1,0 +1,75 @@
+"""The ``prune-cls`` stage: token reduction in a frozen CLS model (paper §7.1, Table 2 top,
+Tables 10 and 12, the k-NN accuracy of App. H).
+
+For every method, ratio η and seed, the CLS embedding with tokens reduced after ``layer`` is
+compared with the unreduced one: degradation ×100 = 100·(1 − cos). The model runs in float64:
+on the synthetic world several methods reach degradations near float32's resolution. Settings:
+each domain at the base resolution, and the first domain at the further resolutions. On the
+base setting the pruned embeddings are also classified by weighted k-NN against the unpruned
+embeddings of the training split.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F_
+
+from ..data.splits import to_input
+from ..evaluate.knn import knn_correct
+from ..models.host import run_decoder
+from ..report.tables import write_table
+from ..runtime import StageContext, write_json
+from .cls_merge import merged_forward
+from .evaluation import batched, generator, load_host, load_learned, seed_runs, settings, summary_rows, world_batch
+
+
+def run(ctx: StageContext) -> None:
+    name = ctx.wildcard
+    p = ctx.params["prune"]
+    cfg = p["cls"][name]
+    boot = ctx.params["learn"]["bootstrap"]
+    dtype = torch.float64
+    host, base, base_res = load_host(ctx.inputs, ctx.device, dtype)
+    learned = load_learned(ctx.inputs, p["seeds"], base, ctx.device, dtype, spn=True)
+    embed = lambda x: run_decoder(host, cfg["decoder"], x.to(ctx.device, dtype)).cpu()
+    train = world_batch(ctx.inputs["train"], "rgb", base_res, p["knn"]["bank_images"], keys=("label",))
+    bank = batched(embed, to_input(train["rgb"]), p["batch_size"])
+    bank_labels = torch.as_tensor(train["label"])
+    rows = []
+    for domain, res in settings(p, base_res):
+        data = world_batch(ctx.inputs["test"], domain, res, p["images"], keys=("label",))
+        x = to_input(data[domain])
+        y0 = batched(embed, x, p["batch_size"])
+        labels = torch.as_tensor(data["label"])
+        base_setting = (domain, res) == (p["domains"][0], base_res)
+        if base_setting:
+            unpruned = float(knn_correct(bank, bank_labels, y0, labels, p["knn"]["k"], p["knn"]["temperature"]).double().mean())
+        for ratio in p["ratios"]:
+            values, correct = {}, {}
+            for method in cfg["methods"]:
+                per_seed, hits = [], []
+                for seed, computed in seed_runs(method, p["seeds"]):
+                    if computed:
+                        gen = generator(seed, int(ratio * 1000), res)
+                        y = batched(lambda b: merged_forward(host, cfg["decoder"], b.to(ctx.device, dtype), cfg["layer"],
+                                                             method, ratio, learned[seed], gen).cpu(), x, p["batch_size"])
+                        deg = (100.0 * (1.0 - F_.cosine_similarity(y, y0, dim=1))).numpy()
+                        hit = knn_correct(bank, bank_labels, y, labels, p["knn"]["k"],
+                                          p["knn"]["temperature"]).numpy() if base_setting else None
+                    per_seed.append(deg)
+                    hits.append(hit)
+                values[method] = np.stack(per_seed)
+                if base_setting:
+                    correct[method] = np.stack(hits).astype(np.float64)
+            common = {"model": name, "domain": domain, "resolution": res, "ratio": ratio}
+            rows += [{**common, "metric": "cls_degradation", **r} for r in summary_rows(values, boot)]
+            if base_setting:
+                rows += [{**common, "metric": "knn_top1", **{k: v for k, v in r.items() if k != "p_vs_importance"}}
+                         for r in summary_rows(correct, boot)]
+            ctx.log.info("%s %s@%d η=%.2f: %s", name, domain, res, ratio,
+                         ", ".join(f"{m} {v.mean():.3g}" for m, v in values.items()))
+    write_table(pd.DataFrame(rows), ctx.outputs["table"])
+    write_json(ctx.outputs["summary"], {"model": name, **cfg, "knn_top1_unpruned": unpruned,
+                                        "images": p["images"], "seeds": p["seeds"], "provenance": ctx.provenance()})

@@ -1,0 +1,107 @@
+"""The ``prune-dense`` stage: hard prune + Last-Layer Fusion in a frozen dense-depth model
+(paper §7.2, Table 2 bottom, Tables 4 and 5, App. E.1), and the maps of the paper's Figure 2.
+
+For every schedule (the blocks after which tokens are removed), method, ratio η and seed, the
+pruned depth is compared with the unpruned depth (additional SILog ×100) and with the ground
+truth (SILog ×100), over pixels with valid depth. Settings: each domain at the base resolution,
+the first domain at the further resolutions, all with LLF; and the base setting without LLF.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..data.splits import to_input
+from ..evaluate.stats import spearman
+from ..evaluate.tasks import silog, valid_depth
+from ..models.host import forward_states, run_decoder
+from ..models.train import world_max_depth
+from ..report.tables import write_table
+from ..runtime import StageContext, write_json
+from ..targets import TargetFile
+from .evaluation import batched, generator, load_host, load_learned, seed_runs, settings, summary_rows, world_batch
+from .llf import pruned_forward
+from .timm_blocks import block_with_stats, timm_block
+from .tome import tome_score
+
+EXAMPLES = 4  # test images of the Figure 2 maps
+
+
+def schedule_name(schedule: list[int]) -> str:
+    return f"{len(schedule)}-stage"
+
+
+def figure_maps(ctx: StageContext, host, cfg: dict, learned, base, x: torch.Tensor, depth: np.ndarray) -> dict:
+    """Importance head and ToMe score maps at the head's probe layer, the unpruned depth, and
+    each map's Spearman ρ against the Jacobian-derived target cached for those test images."""
+    target = TargetFile.open(ctx.inputs["targets"])
+    probe = ctx.params["learn"]["probes"][cfg["probe"]]
+    if probe.get("layers") is None or len(probe["layers"]) != 1:
+        raise ValueError(f"prune.dense: probe {cfg['probe']!r} must read one layer for the importance maps")
+    layer = probe["layers"][0]
+    key = f"q{ctx.params['learn']['targets']['power_iters']}/importance"
+    cached = target.read(("features", key), slice(0, EXAMPLES))
+    with torch.no_grad():
+        states, _ = forward_states(host, x[:EXAMPLES], layer)
+        if not np.allclose(states[layer].cpu().numpy(), cached["features"], atol=1e-4):
+            raise ValueError(f"{target.path}: its test features are not this model's layer-{layer} features of the "
+                             "first test images; rebuild the targets")
+        idx = torch.arange(states[layer].shape[1]).expand(EXAMPLES, -1)
+        importance = learned.importance(states[layer], idx, base)[:, base.prefix:]
+        before = states[layer - 1] if layer > 0 else host.embed(x[:EXAMPLES])[0]
+        _, stats = block_with_stats(timm_block(host, layer), before)
+        tome = tome_score(stats.keys)[:, base.prefix:]
+    truth = cached[key][:, base.prefix:]
+    maps = {"importance": importance.numpy(), "tome_score": tome.numpy()}
+    return {"layer": layer, "grid": [base.rows, base.cols], "depth": depth[:EXAMPLES].tolist(),
+            "target": truth.tolist(), **{k: v.tolist() for k, v in maps.items()},
+            "rho": {k: [spearman(a, b) for a, b in zip(v, truth)] for k, v in maps.items()}}
+
+
+def run(ctx: StageContext) -> None:
+    name = ctx.wildcard
+    p = ctx.params["prune"]
+    cfg = p["dense"][name]
+    boot = ctx.params["learn"]["bootstrap"]
+    host, base, base_res = load_host(ctx.inputs, ctx.device)
+    learned = load_learned(ctx.inputs, p["seeds"], base, ctx.device)
+    decoder = cfg["decoder"]
+    max_depth = world_max_depth(ctx.inputs["test"])
+    rows, examples = [], None
+    runs = [(d, r, True) for d, r in settings(p, base_res)] + [(p["domains"][0], base_res, False)]
+    for domain, res, llf in runs:
+        data = world_batch(ctx.inputs["test"], domain, res, p["images"], keys=("depth",))
+        x, gt = to_input(data[domain]), torch.as_tensor(data["depth"])
+        shape = gt.shape
+        mask = valid_depth(gt, max_depth)
+        depth0 = batched(lambda b: run_decoder(host, decoder, b.to(ctx.device)).cpu(), x, p["batch_size"]).view(shape)
+        if examples is None:
+            examples = figure_maps(ctx, host, cfg, learned[p["seeds"][0]], base, x, depth0.numpy())
+        unpruned_gt = (100.0 * silog(depth0, gt, mask)).mean().item()
+        for schedule in cfg["schedules"]:
+            for ratio in p["ratios"]:
+                add, vs_gt = {}, {}
+                for method in cfg["methods"]:
+                    a, g = [], []
+                    for seed, computed in seed_runs(method, p["seeds"]):
+                        if computed:
+                            gen = generator(seed, int(ratio * 1000), res, len(schedule))
+                            depth = batched(lambda b: pruned_forward(
+                                host, decoder, b.to(ctx.device), schedule, method, ratio, llf, learned[seed], gen).cpu(),
+                                x, p["batch_size"]).view(shape)
+                            add_s = (100.0 * silog(depth, depth0, mask)).numpy()
+                            gt_s = (100.0 * silog(depth, gt, mask)).numpy()
+                        a.append(add_s)
+                        g.append(gt_s)
+                    add[method], vs_gt[method] = np.stack(a), np.stack(g)
+                common = {"model": name, "domain": domain, "resolution": res, "schedule": schedule_name(schedule),
+                          "llf": llf, "ratio": ratio}
+                rows += [{**common, "metric": "add_silog", **r} for r in summary_rows(add, boot)]
+                rows += [{**common, "metric": "silog_gt", "unpruned": unpruned_gt, **r} for r in summary_rows(vs_gt, boot)]
+                ctx.log.info("%s %s@%d %s llf=%s η=%.2f: %s", name, domain, res, schedule_name(schedule), llf, ratio,
+                             ", ".join(f"{m} {v.mean():.3g}" for m, v in add.items()))
+    write_table(pd.DataFrame(rows), ctx.outputs["table"])
+    write_json(ctx.outputs["summary"], {"model": name, **cfg, "images": p["images"], "seeds": p["seeds"],
+                                        "examples": examples, "provenance": ctx.provenance()})

@@ -1,0 +1,72 @@
+"""Token scores that decide what is removed (higher = keep): the importance head's prediction,
+the ToMe score, EViT's class-token attention, and seeded random scores. A scorer sees the current
+tokens h (B, K, D), their original positions idx (B, K), and the attention statistics of the block
+just run (for the baselines that read them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from ..metric.head import ImportanceHead
+from ..metric.positions import position_table
+from ..metric.spn import PredictedMetric, SpectralPullbackNetwork
+from ..models.vit import Grid
+from .timm_blocks import AttentionStats
+from .tome import tome_score
+
+METHODS = ("random", "tome_score", "evit", "tome", "importance")
+NEEDS_STATS = frozenset({"tome_score", "evit", "tome"})
+
+
+@dataclass
+class LearnedMetric:
+    """An importance head (and for soft merging an SPN) trained on ``base`` and used on any grid."""
+
+    head: ImportanceHead
+    base: Grid
+    spn: SpectralPullbackNetwork | None = None
+    _tables: dict = field(default_factory=dict, repr=False)
+
+    def _pos(self, net: torch.nn.Module, grid: Grid) -> Tensor:
+        key = (id(net), grid.rows, grid.cols)
+        if key not in self._tables:
+            self._tables[key] = position_table(net.pos, grid.prefix, (self.base.rows, self.base.cols),
+                                               (grid.rows, grid.cols))
+        return self._tables[key]
+
+    def importance(self, h: Tensor, idx: Tensor, grid: Grid) -> Tensor:
+        """h (B, K, D) at original positions idx (B, K) -> predicted importance (B, K)."""
+        return self.head(h, self._pos(self.head, grid)[idx])
+
+    def metric(self, h: Tensor, grid: Grid) -> PredictedMetric:
+        """Every token of the grid, h (B, N, D) -> the SPN's predicted metric."""
+        if self.spn is None:
+            raise ValueError("importance-guided merging measures nearness with an SPN; none was given")
+        return self.spn(h, self._pos(self.spn, grid)[None].expand(h.shape[0], -1, -1))
+
+
+def grid_of(ctx) -> Grid:
+    """The token grid in a host's embedding ctx (a Grid, or a tuple holding one first)."""
+    grid = ctx[0] if isinstance(ctx, tuple) else ctx
+    if not isinstance(grid, Grid):
+        raise TypeError(f"pruning needs the token grid in the host's ctx; got {type(ctx).__name__}")
+    return grid
+
+
+def scores_for(method: str, h: Tensor, idx: Tensor, stats: AttentionStats | None, grid: Grid,
+               learned: LearnedMetric | None, generator: torch.Generator | None) -> Tensor:
+    """(B, K) scores of the current tokens under ``method``; higher = keep."""
+    if method == "importance":
+        if learned is None:
+            raise ValueError("method 'importance' needs a trained importance head")
+        return learned.importance(h, idx, grid)
+    if method == "tome_score":
+        return tome_score(stats.keys)
+    if method == "evit":
+        return stats.cls_attn
+    if method == "random":
+        return torch.rand(h.shape[:2], generator=generator, device="cpu").to(h.device)
+    raise ValueError(f"unknown selection method {method!r}; methods: {', '.join(METHODS)}")

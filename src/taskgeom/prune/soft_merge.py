@@ -1,0 +1,53 @@
+"""Soft merging of chosen tokens into their nearest kept token (paper §7.1, App. D).
+
+Every removed token t is averaged into the kept patch token s nearest to it, with weights
+w_t · size_t, and the destination's size grows by size_t, so later blocks can attend
+proportionally. Nearness is a distance matrix from the removed to the kept patch tokens:
+the cosine of attention keys for the baselines, the single-token pullback distance for
+importance-guided merging.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..metric.spn import PredictedMetric
+from .select import gather_tokens
+
+
+def merge_into_nearest(x: Tensor, size: Tensor, keep: Tensor, drop: Tensor, distance: Tensor,
+                       weight: Tensor | None = None, prefix: int = 1) -> tuple[Tensor, Tensor]:
+    """x (B, N, C), size (B, N, 1), keep (B, K) ascending with the prefix first, drop (B, k),
+    distance (B, k, K − prefix) from each removed token to each kept patch token, weight (B, N) > 0
+    (None: size-weighted mean) -> merged x (B, K, C) and size (B, K, 1)."""
+    w = size if weight is None else size * weight[..., None]
+    dest = distance.argmin(dim=-1) + prefix                               # (B, k) positions in keep
+    idx = dest[..., None]
+    xw = gather_tokens(x * w, keep).scatter_add(1, idx.expand(-1, -1, x.shape[-1]), gather_tokens(x * w, drop))
+    wk = gather_tokens(w, keep).scatter_add(1, idx, gather_tokens(w, drop))
+    new_size = gather_tokens(size, keep).scatter_add(1, idx, gather_tokens(size, drop))
+    return xw / wk, new_size
+
+
+def cosine_distance(keys: Tensor, keep: Tensor, drop: Tensor, prefix: int = 1) -> Tensor:
+    """keys (B, N, C) -> 1 − cos between removed and kept patch tokens, (B, k, K − prefix)."""
+    k = keys / keys.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    return 1.0 - gather_tokens(k, drop) @ gather_tokens(k, keep[:, prefix:]).transpose(1, 2)
+
+
+def pullback_distance(x: Tensor, metric: PredictedMetric, keep: Tensor, drop: Tensor, prefix: int = 1) -> Tensor:
+    """Single-token pullback distance d(t, s)² = (x_s − x_t)ᵀ g_t (x_s − x_t), with g_t the SPN's
+    rank-r metric restricted to perturbations of token t alone: g_t = U_t diag(λ) U_tᵀ + εI, U_t the
+    rows of the modes U for token t (App. D, "per-token marginal metric"). Moving t onto s costs
+    what the decoder's output would feel if t's features became s's.
+
+    x (B, N, D); metric.U (B, N·D, r) -> (B, k, K − prefix), in O(k·K·D·r) per image.
+    """
+    b, n, d = x.shape
+    U = metric.U.reshape(b, n, d, -1)
+    A = U.gather(1, drop[..., None, None].expand(-1, -1, d, U.shape[-1])) * metric.lam.sqrt()[:, None, None]
+    xt, xs = gather_tokens(x, drop), gather_tokens(x, keep[:, prefix:])   # (B, k, D), (B, K', D)
+    diff = xs[:, None] - xt[:, :, None]                                    # (B, k, K', D)
+    low_rank = torch.einsum("bkdr,bksd->bksr", A, diff).pow(2).sum(-1)
+    return low_rank + metric.eps[:, None, None] * diff.pow(2).sum(-1)

@@ -1,0 +1,66 @@
+"""Adapter for timm ViT blocks: the statistics the baselines select tokens by, taken from the
+block's own attention, and proportional attention over merged tokens.
+
+Hosts whose transformer is a timm ``VisionTransformer`` at ``host.vit`` (the zoo's CLS and DPT
+models, the paper's DINOv2 / CLIP) qualify; importance and random selection need no adapter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from timm.models.vision_transformer import Block
+from torch import Tensor
+
+
+@dataclass
+class AttentionStats:
+    """keys (B, N, head_dim): attention keys averaged over heads (ToMe's metric);
+    cls_attn (B, N): the class token's attention to every token, averaged over heads (EViT's)."""
+
+    keys: Tensor
+    cls_attn: Tensor
+
+
+def timm_block(host, i: int) -> Block:
+    vit = getattr(host, "vit", None)
+    if vit is None or not hasattr(vit, "blocks"):
+        raise TypeError(f"{type(host).__name__}: ToMe and EViT read attention keys from a timm ViT at host.vit; "
+                        "this host has none (importance and random selection work on any host)")
+    return vit.blocks[i]
+
+
+def size_bias(size: Tensor | None) -> Tensor | None:
+    """Proportional attention (ToMe): log of the tokens each token stands for, added to every
+    attention logit. size (B, N, 1) -> additive mask (B, 1, 1, N), or None."""
+    return None if size is None else size.log().transpose(1, 2)[:, None]
+
+
+def block_forward(block: Block, x: Tensor, size: Tensor | None = None) -> Tensor:
+    """One block, with proportional attention when ``size`` is given (fused attention kernels still apply)."""
+    return block(x) if size is None else block(x, attn_mask=size_bias(size))
+
+
+def block_with_stats(block: Block, x: Tensor, size: Tensor | None = None) -> tuple[Tensor, AttentionStats]:
+    """``block_forward`` with the attention computed explicitly so its keys and the class token's
+    attention come out of the same pass (scoring fused into the forward). x (B, N, C)."""
+    attn = block.attn
+    h = block.norm1(x)
+    B, N, C = h.shape
+    gate = attn.gate(h).sigmoid() if getattr(attn, "gate", None) is not None else None
+    qkv = attn.qkv(h).reshape(B, N, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
+    q, k, v = qkv.unbind(0)
+    q, k = attn.q_norm(q), attn.k_norm(k)
+    logits = (q * attn.scale) @ k.transpose(-2, -1)                       # (B, H, N, N)
+    if size is not None:
+        logits = logits + size_bias(size)
+    weights = logits.softmax(dim=-1)
+    out = (weights @ v).transpose(1, 2).reshape(B, N, attn.attn_dim)
+    out = attn.norm(out)
+    if gate is not None:
+        out = out * gate
+    out = attn.proj(out)
+    x = x + block.drop_path1(block.ls1(out))
+    x = x + block.drop_path2(block.ls2(block.mlp(block.norm2(x))))
+    return x, AttentionStats(keys=k.mean(dim=1), cls_attn=weights[:, :, 0].mean(dim=1))
+
