@@ -40,12 +40,14 @@ def read_all(paths: list[Path]) -> pd.DataFrame:
 
 def ordered(df: pd.DataFrame) -> pd.DataFrame:
     rank = {m: i for i, m in enumerate(METHOD_ORDER)}
-    return df.assign(_o=df["method"].map(rank)).sort_values([c for c in ("model", "_o") if c in df]).drop(columns="_o")
+    keys = [c for c in ("part", "source", "model", "resolution", "schedule", "_o") if c in df or c == "_o"]
+    return df.assign(_o=df["method"].map(rank)).sort_values(keys, kind="stable").drop(columns="_o")
 
 
 def pivot(df: pd.DataFrame, index: list[str], value: str = "mean") -> pd.DataFrame:
     """Rows ``index``, one column per ratio η."""
     out = df.pivot_table(index=index, columns="ratio", values=value, aggfunc="first", sort=False)
+    out = out[sorted(out.columns)]
     out.columns = [f"η={c:g}" for c in out.columns]
     return out.reset_index()
 
@@ -126,7 +128,8 @@ def resolutions(ctx, dense: pd.DataFrame, numbers: dict) -> None:
     sections = []
     if not d.empty:
         for schedule, sub in d.groupby("schedule", sort=False):
-            body = pivot(ordered(sub), ["model", "resolution", "method"])
+            sub = ordered(sub)
+            body = pivot(sub, ["model", "resolution", "method"])
             red = relative_reduction(sub, ["model", "resolution"])
             if not red.empty:
                 body = pd.concat([body, pivot(red, ["model", "resolution", "method"])], ignore_index=True)
