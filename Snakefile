@@ -28,6 +28,7 @@ wildcard_constraints:
     vae="[a-z0-9][a-z0-9-]*",
     cls="[a-z0-9][a-z0-9-]*",
     dense="[a-z0-9][a-z0-9-]*",
+    retrieval="[a-z0-9][a-z0-9-]*",
 
 
 rule all:
@@ -41,4 +42,5 @@ include: "rules/zoo.smk"
 include: "rules/diagnose.smk"
 include: "rules/learn.smk"
 include: "rules/prune.smk"
+include: "rules/retrieval.smk"
 include: "rules/report.smk"

@@ -52,6 +52,10 @@ def test_params_yaml_is_the_default_profile():
     (lambda p: p["prune"].update(seeds=[0, 7]), "prune.cls.tiny-cls.head"),
     (lambda p: p["prune"].update(resolutions=[64, 100]), "prune.resolutions"),
     (lambda p: p["prune"].update(domains=["rgb", "infrared"]), "prune.domains"),
+    (lambda p: p["retrieval"]["tiny-dpt"].update(layer=3), "retrieval.tiny-dpt.probe"),
+    (lambda p: p["retrieval"]["tiny-dpt"].update(head="cls-embed-l4"), "retrieval.tiny-dpt.head"),
+    (lambda p: p["retrieval"]["tiny-dpt"].update(gallery=10000), "retrieval.tiny-dpt.gallery"),
+    (lambda p: p["retrieval"]["tiny-dpt"].update(holdout=300), "retrieval.tiny-dpt.holdout"),
 ])
 def test_invalid_values_are_rejected_naming_the_key(params: dict, mutate, named: str):
     bad = copy.deepcopy(params)

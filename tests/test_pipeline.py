@@ -27,7 +27,8 @@ TABLES = ("results/zoo_table.csv", "results/data/summary.csv", "results/REPORT.m
           "results/diagnose/probes/mv-depth-reads.json",
           *(f"results/metric/{t}.csv" for t in ("importance", "head_ablations", "table13", "vae")),
           *(f"results/prune/{t}.csv" for t in ("table2", "resolutions", "schedules", "second_domain", "baselines",
-                                               "accuracy")))
+                                               "accuracy")),
+          *(f"results/retrieval/{t}.csv" for t in ("table14", "table15", "ablation", "two_stage")))
 
 
 def snakemake_jobs(repo: Path) -> dict[str, dict]:
@@ -141,6 +142,7 @@ SPNS = {f"spn@{name}" for name in SMOKE["learn"]["spn"]}
 PRUNE_CLS = {f"prune-cls@{name}" for name in SMOKE["prune"]["cls"]}
 PRUNE_DENSE = {f"prune-dense@{name}" for name in SMOKE["prune"]["dense"]}
 PRUNE_SPEED = {f"prune-speed@{name}" for name in SMOKE["prune"]["dense"]}
+RETRIEVAL = {f"retrieval@{name}" for name in SMOKE["retrieval"]}
 PERTURB = {  # one change under each params key a stage declares, and the stages that read it
     "world": (lambda p: p["world"].update(seed=p["world"]["seed"] + 1), {"fetch"}),
     "real": (lambda p: p["real"].update(imagenet_val="/nonexistent"), {"fetch"}),
@@ -148,7 +150,8 @@ PERTURB = {  # one change under each params key a stage declares, and the stages
     "zoo.tiny-mv": (lambda p: p["zoo"]["tiny-mv"].update(steps=p["zoo"]["tiny-mv"]["steps"] + 1), {"zoo@tiny-mv"}),
     "zoo.models": (lambda p: p["zoo"]["models"].reverse(), {"zoo-table"}),
     "device": (lambda p: p.update(device="cpu"), {"zoo@tiny-cls", "zoo@tiny-dpt", "zoo@tiny-mv", *PROBES, "vae@mv-depth",
-                                                  *TARGETS, *HEADS, *SPNS, *PRUNE_CLS, *PRUNE_DENSE, *PRUNE_SPEED}),
+                                                  *TARGETS, *HEADS, *SPNS, *PRUNE_CLS, *PRUNE_DENSE, *PRUNE_SPEED,
+                                                  *RETRIEVAL}),
     "profile": (lambda p: p.update(profile="default"), {"report"}),
     "diagnose.probes.dpt-depth-l4": (lambda p: p["diagnose"]["probes"]["dpt-depth-l4"].update(layers=[3]),
                                      {"diagnose@dpt-depth-l4", "diagnose-tables"}),
@@ -162,11 +165,11 @@ PERTURB = {  # one change under each params key a stage declares, and the stages
     "learn.r": (lambda p: p["learn"].update(r=6), TARGETS),
     "learn.targets": (lambda p: p["learn"]["targets"].update(block=2), TARGETS),
     "learn.targets.power_iters": (lambda p: p["learn"]["targets"].update(power_iters=3),
-                                  {*TARGETS, *HEADS, *SPNS, *PRUNE_DENSE}),
+                                  {*TARGETS, *HEADS, *SPNS, *PRUNE_DENSE, *RETRIEVAL}),
     "learn.probes.dpt-depth-l4": (lambda p: p["learn"]["probes"]["dpt-depth-l4"].update(layers=[3]),
                                   {"targets@dpt-depth-l4", *PRUNE_DENSE}),
     "learn.bootstrap": (lambda p: p["learn"]["bootstrap"].update(seed=1),
-                        {"vae@mv-depth", *HEADS, *SPNS, *PRUNE_CLS, *PRUNE_DENSE}),
+                        {"vae@mv-depth", *HEADS, *SPNS, *PRUNE_CLS, *PRUNE_DENSE, *RETRIEVAL}),
     "learn.spn.mv-depth-latent": (lambda p: p["learn"]["spn"]["mv-depth-latent"].update(steps=11),
                                   {"spn@mv-depth-latent"}),
     "learn.head_defaults": (lambda p: p["learn"]["head_defaults"].update(lr=0.001), HEADS),
@@ -179,6 +182,7 @@ PERTURB = {  # one change under each params key a stage declares, and the stages
     "prune.cls.tiny-cls": (lambda p: p["prune"]["cls"]["tiny-cls"].update(layer=3), {"prune-cls@tiny-cls"}),
     "prune.dense.tiny-dpt": (lambda p: p["prune"]["dense"]["tiny-dpt"].update(schedules=[[2]]),
                              {"prune-dense@tiny-dpt", "prune-speed@tiny-dpt"}),
+    "retrieval.tiny-dpt": (lambda p: p["retrieval"]["tiny-dpt"].update(rank=3), RETRIEVAL),
 }
 
 

@@ -73,7 +73,7 @@ def cross_checks(params: dict) -> list[str]:
             problems.append(f"{key}.layers: {probe['layers']} must be below depth {cfg['depth']}")
         if probe.get("output_metric") == "so3" and probe["decoder"] != "camera":
             problems.append(f"{key}.output_metric: so3 applies to the camera decoder only")
-    problems += learn_checks(params) + prune_checks(params)
+    problems += learn_checks(params) + prune_checks(params) + retrieval_checks(params)
     world = params["world"]
     for key in ("num_objects", "fov_deg"):
         lo, hi = world[key]
@@ -155,6 +155,33 @@ def prune_checks(params: dict) -> list[str]:
         problems.append(f"prune.knn.bank_images: {prune['knn']['bank_images']} exceeds world.splits.train")
     if prune["images"] > world["splits"]["test"]:
         problems.append(f"prune.images: {prune['images']} exceeds world.splits.test")
+    return problems
+
+
+def retrieval_checks(params: dict) -> list[str]:
+    """Cross-references of the retrieval section."""
+    problems = []
+    learn, world = params["learn"], params["world"]
+    for name, cfg in params["retrieval"].items():
+        key = f"retrieval.{name}"
+        probe = learn["probes"].get(cfg["probe"])
+        if probe is None:
+            problems.append(f"{key}.probe: {cfg['probe']!r} is not a probe of learn.probes")
+        elif probe["host"] != f"zoo/{cfg['model']}" or probe["layers"] != [cfg["layer"]]:
+            problems.append(f"{key}.probe: {cfg['probe']!r} does not probe zoo/{cfg['model']} at layer {cfg['layer']}")
+        else:
+            train = {**learn["targets"]["images"], **probe.get("images", {})}["train"]
+            if cfg["holdout"] >= train - 1:
+                problems.append(f"{key}.holdout: {cfg['holdout']} leaves fewer than 2 of the probe's {train} training images")
+        head = learn["heads"].get(cfg["head"])
+        if head is None or head["probe"] != cfg["probe"]:
+            problems.append(f"{key}.head: {cfg['head']!r} is not an importance head of probe {cfg['probe']!r}")
+        if cfg["queries"] + cfg["gallery"] > world["splits"]["test"]:
+            problems.append(f"{key}.gallery: queries + gallery exceed world.splits.test ({world['splits']['test']})")
+        if max(cfg["recall_k"]) > cfg["gallery"] or cfg["shortlist"] > cfg["gallery"]:
+            problems.append(f"{key}.recall_k: k and the shortlist must not exceed the gallery")
+        if cfg["examples"] > cfg["queries"]:
+            problems.append(f"{key}.examples: more examples than queries")
     return problems
 
 

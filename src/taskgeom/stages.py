@@ -84,6 +84,8 @@ METRIC_TABLES = ("importance", "head_ablations", "table13", "vae")
 METRIC_FIGURES = ("importance_maps", "training_curves")
 PRUNE_TABLES = ("table2", "resolutions", "schedules", "second_domain", "baselines", "accuracy", "speed")
 PRUNE_FIGURES = ("prune_degradation", "prune_maps")
+RETRIEVAL_TABLES = ("table14", "table15", "ablation", "two_stage")
+RETRIEVAL_FIGURES = ("retrieval_distances", "retrieval_examples")
 PRUNE_CODE = tuple(f"{PKG}/prune/{m}.py" for m in (
     "tome", "evit", "select", "scores", "soft_merge", "timm_blocks", "cls_merge", "llf", "evaluation"))
 PRUNE_SETTINGS = ("prune.ratios", "prune.seeds", "prune.images", "prune.batch_size", "prune.domains", "prune.resolutions")
@@ -351,6 +353,40 @@ STAGES: tuple[Stage, ...] = (
         code=(f"{PKG}/report/prune_tables.py", f"{PKG}/report/tables.py", f"{PKG}/report/figures.py"),
     ),
     Stage(
+        name="retrieval",
+        runner="taskgeom.retrieval.run:run",
+        help="Train the Decoder Retrieval Metric of one probe (regression on decoder-output distances + distillation "
+             "of token importance, and both ablations); rank test galleries by it, L2 and cosine (App. K).",
+        deps={"params_ok": PARAMS_OK, "train": WORLD_FILES["train"], "test": WORLD_FILES["test"],
+              "weights": "data/zoo/{retrieval.model}/model.safetensors",
+              "config": "data/zoo/{retrieval.model}/config.json",
+              "targets": "data/targets/{retrieval.probe}/train.h5",
+              "head_weights": "data/heads/{retrieval.head}/model.safetensors",
+              "head_config": "data/heads/{retrieval.head}/config.json"},
+        outs={"weights": "data/retrieval/{retrieval}/model.safetensors", "config": "data/retrieval/{retrieval}/config.json",
+              "metrics": "results/retrieval/{retrieval}.json", "curve": "results/retrieval/{retrieval}_curve.csv"},
+        params=("retrieval.{retrieval}", "learn.bootstrap", "learn.targets.power_iters", "device"),
+        code=(f"{PKG}/retrieval/run.py", f"{PKG}/retrieval/drm.py", f"{PKG}/retrieval/evaluate.py",
+              f"{PKG}/metric/head.py", f"{PKG}/metric/checkpoint.py", f"{PKG}/evaluate/stats.py"),
+        wildcard="retrieval",
+        foreach="retrieval",
+        keyed=True,
+        threads=2,
+        runtime=60,
+    ),
+    Stage(
+        name="retrieval-tables",
+        runner="taskgeom.report.retrieval_tables:run",
+        help="Tables 14 (in-distribution) and 15 (cross-domain), the ablation and the two-stage search, beside the "
+             "paper's; predicted vs true decoder distance and example retrievals.",
+        deps={"params_ok": PARAMS_OK, "metrics": Collect("results/retrieval/{item}.json", over="retrieval"),
+              "curves": Collect("results/retrieval/{item}_curve.csv", over="retrieval"),
+              "test": WORLD_FILES["test"], "paper_numbers": "references/paper_numbers.yaml"},
+        outs={**{f"{t}_{ext}": f"results/retrieval/{t}.{ext}" for t in RETRIEVAL_TABLES for ext in ("csv", "md", "tex")},
+              **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in RETRIEVAL_FIGURES for ext in ("png", "pdf")}},
+        code=(f"{PKG}/report/retrieval_tables.py", f"{PKG}/report/tables.py", f"{PKG}/report/figures.py"),
+    ),
+    Stage(
         name="report",
         runner="taskgeom.report.report:run",
         help="Assemble every table that exists into results/REPORT.md, beside the paper's figures.",
@@ -361,6 +397,7 @@ STAGES: tuple[Stage, ...] = (
             **{f"diagnose_{t}": f"results/diagnose/{t}.csv" for t in DIAGNOSTIC_TABLES},
             **{f"metric_{t}": f"results/metric/{t}.csv" for t in METRIC_TABLES},
             **{f"prune_{t}": f"results/prune/{t}.csv" for t in PRUNE_TABLES},
+            **{f"retrieval_{t}": f"results/retrieval/{t}.csv" for t in RETRIEVAL_TABLES},
             "paper_numbers": "references/paper_numbers.yaml",
         },
         outs={"report": "results/REPORT.md"},

@@ -81,6 +81,14 @@ SECTIONS = (
     Section("Cost of pruning", "prune_speed",
             "FLOPs saved and wall-clock speedup against the unpruned model, scoring and reinsertion included. "
             "Times depend on the machine, so they are not copied here.", "speed", link_only=True),
+    Section("Table 14: task-induced retrieval, in-distribution (App. K)", "retrieval_table14",
+            "Spearman ρ per query between each feature distance and the true decoder-output distance (SILog of the depth "
+            "outputs), recall@k and calibrated MAE. Figures: `figures/retrieval_distances.png`, "
+            "`figures/retrieval_examples.png`.", "retrieval"),
+    Section("Table 15: task-induced retrieval, cross-domain", "retrieval_table15",
+            "Trained on the base domain, queried on the sketch renders."),
+    Section("DRM ablations", "retrieval_ablation", "Without regression; without distillation."),
+    Section("Two-stage search", "retrieval_two_stage", "Cosine shortlist, DRM rerank: the recall it keeps."),
 )
 
 

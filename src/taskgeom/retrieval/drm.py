@@ -1,0 +1,103 @@
+"""The Decoder Retrieval Metric (DRM, paper App. K): a learned, feature-dependent rank-k pullback
+seminorm that predicts how far apart two feature maps' decoder outputs are.
+
+For feature maps F, F′ ∈ R^{N×D} of the same probe, with Δ = F′ − F,
+
+    m_F(Δ)   = Σ_t w_t(F) ‖A Δ_t‖²                    (the rank-k metric at F)
+    d(F, F′) = sqrt( ½ m_F(Δ) + ½ m_F′(Δ) )
+
+w_t(F) = exp(s_t(F)) are per-token weights from an importance head, A ∈ R^{k×D} a learned
+projection onto a rank-k subspace of the token space. d is the symmetrised first-order
+approximation of the pullback length of the straight segment from F to F′ (the trapezoid rule
+on its two ends): d(F, F) = 0, d(F, F′) = d(F′, F), and d grows linearly with the difference
+(d(F, F + cΔ) scales with |c| when the weights are held). Since the metric moves with the
+features, d need not satisfy the triangle inequality: it is a pseudometric in the retrieval sense
+only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..metric.head import ImportanceHead
+
+
+class DecoderRetrievalMetric(nn.Module):
+    """Importance head (per-token log weights) + projection A (k, D)."""
+
+    def __init__(self, head: ImportanceHead, dim: int, rank: int, seed: int = 0):
+        super().__init__()
+        self.head = head
+        g = torch.Generator().manual_seed(seed)
+        A = torch.linalg.qr(torch.randn(dim, rank, generator=g)).Q.T      # orthonormal rows
+        self.A = nn.Parameter(A.contiguous())
+        self.log_scale = nn.Parameter(torch.zeros(()))                    # d's unit (fitted by regression)
+
+    def embed(self, F: Tensor) -> tuple[Tensor, Tensor]:
+        """F (B, N, D) -> projections P (B, N, k) and weights w (B, N): everything a distance needs."""
+        return F @ self.A.T, (self.head(F) + 2.0 * self.log_scale).exp()
+
+    def forward(self, F: Tensor, G: Tensor) -> Tensor:
+        """Paired distances: F, G (B, N, D) -> (B,)."""
+        (P, w), (Q, v) = self.embed(F), self.embed(G)
+        return pair_distance(P, w, Q, v)
+
+
+def load_drm(weights, config_path) -> DecoderRetrievalMetric:
+    """A trained DRM from the ``retrieval`` stage's safetensors + JSON checkpoint (eval mode)."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    for p in (Path(weights), Path(config_path)):
+        if not p.is_file():
+            raise FileNotFoundError(f"{p}: DRM checkpoint file missing (run the retrieval stage)")
+    cfg = json.loads(Path(config_path).read_text())["architecture"]
+    head = {k: v for k, v in cfg["head"].items() if k != "kind"}
+    model = DecoderRetrievalMetric(ImportanceHead(**head), cfg["dim"], cfg["rank"])
+    model.load_state_dict(load_file(str(weights)))
+    return model.eval()
+
+
+def pair_distance(P: Tensor, w: Tensor, Q: Tensor, v: Tensor) -> Tensor:
+    """d for paired items: P, Q (B, N, k), w, v (B, N) -> (B,)."""
+    sq = (Q - P).pow(2).sum(-1)                                            # (B, N) ‖A Δ_t‖²
+    return (0.5 * ((w + v) * sq).sum(-1)).clamp_min(0.0).sqrt()
+
+
+def cross_distance(P: Tensor, w: Tensor, Q: Tensor, v: Tensor) -> Tensor:
+    """Every query against every gallery item, as matrix products (no loop over pairs):
+    P (Nq, N, k), w (Nq, N), Q (Ng, N, k), v (Ng, N) -> (Nq, Ng).
+
+    Σ_t ½(w_t + v_t) ‖q_t − p_t‖² expands into Σ_t w_t‖q_t‖², Σ_t w_t‖p_t‖², Σ_t v_t‖q_t‖²,
+    Σ_t v_t‖p_t‖² and the cross terms Σ_t (w_t + v_t) ⟨p_t, q_t⟩, each a (Nq, ·) @ (·, Ng) product.
+    """
+    a_p, a_q = P.pow(2).sum(-1), Q.pow(2).sum(-1)                          # (Nq, N), (Ng, N)
+    own_p = (w * a_p).sum(-1, keepdim=True)                                # Σ w‖p‖²   (Nq, 1)
+    own_q = (v * a_q).sum(-1)[None]                                        # Σ v‖q‖²   (1, Ng)
+    mixed = w @ a_q.T + a_p @ v.T                                          # Σ w‖q‖² + Σ v‖p‖²
+    cross = (w[..., None] * P).flatten(1) @ Q.flatten(1).T + P.flatten(1) @ (v[..., None] * Q).flatten(1).T
+    return (0.5 * (own_p + own_q + mixed - 2.0 * cross)).clamp_min(0.0).sqrt()
+
+
+def l2_distance(F: Tensor, G: Tensor) -> Tensor:
+    """(Nq, N, D), (Ng, N, D) -> (Nq, Ng) Euclidean distance of the flattened feature maps."""
+    return torch.cdist(F.flatten(1)[None], G.flatten(1)[None])[0]
+
+
+def cosine_distance(F: Tensor, G: Tensor) -> Tensor:
+    """(Nq, N, D), (Ng, N, D) -> (Nq, Ng) 1 − cosine of the flattened feature maps."""
+    f = nn.functional.normalize(F.flatten(1), dim=1)
+    g = nn.functional.normalize(G.flatten(1), dim=1)
+    return 1.0 - f @ g.T
+
+
+def silog_matrix(log_a: Tensor, log_b: Tensor, lam: float = 0.85) -> Tensor:
+    """Scale-invariant log distance between every pair of depth maps (the SILog of
+    ``taskgeom.evaluate.tasks.silog``, symmetric in its arguments): log depths (Na, P), (Nb, P) -> (Na, Nb)."""
+    n = log_a.shape[1]
+    mean_sq = (log_a.pow(2).sum(1)[:, None] + log_b.pow(2).sum(1)[None] - 2.0 * log_a @ log_b.T) / n
+    mean = log_a.mean(1)[:, None] - log_b.mean(1)[None]
+    return (mean_sq - lam * mean.pow(2)).clamp_min(0.0).sqrt()
