@@ -21,7 +21,7 @@ from ..models.vit import Grid
 from .scores import LearnedMetric
 
 DETERMINISTIC = frozenset({"tome_score", "tome", "evit"})   # the same output for every seed
-DOMAINS = {"rgb": "rgb", "sketch": "sketch"}                 # domain -> the world's render of it
+DOMAINS = ("rgb", "sketch")                                  # the world stores each render under its name
 
 
 def load_host(inputs: dict[str, Path], device: str, dtype: torch.dtype = torch.float32):
@@ -60,9 +60,9 @@ def world_batch(path: Path, domain: str, resolution: int, limit: int, keys: tupl
     """The first ``limit`` images of a world split in ``domain`` at ``resolution``, plus ``keys``."""
     if domain not in DOMAINS:
         raise ValueError(f"prune.domains: unknown domain {domain!r}; known: {sorted(DOMAINS)}")
-    arrays = read_world(path, resolution, keys=(DOMAINS[domain], *keys), limit=limit)
-    if len(arrays[DOMAINS[domain]]) < limit:
-        raise ValueError(f"prune.images: {limit} requested, {path} holds {len(arrays[DOMAINS[domain]])}")
+    arrays = read_world(path, resolution, keys=(domain, *keys), limit=limit)
+    if len(arrays[domain]) < limit:
+        raise ValueError(f"prune.images: {limit} requested, {path} holds {len(arrays[domain])}")
     return arrays
 
 

@@ -24,7 +24,7 @@ import pandas as pd
 import yaml
 
 from ..data.splits import read_world
-from ..runtime import StageContext
+from ..runtime import StageContext, write_text
 from .figures import plt, save_figure
 from .tables import write_table
 
@@ -58,8 +58,6 @@ def markdown(sections: list[tuple[str, pd.DataFrame]]) -> str:
 
 def write(ctx: StageContext, name: str, long: pd.DataFrame, sections: list[tuple[str, pd.DataFrame]], caption: str) -> None:
     """CSV (long, the source of truth), Markdown (one pivot per section), LaTeX (the first pivot)."""
-    from ..runtime import write_text
-
     write_table(long, ctx.outputs[f"{name}_csv"])
     write_text(ctx.outputs[f"{name}_md"], f"{caption}\n\n" + markdown(sections))
     first = sections[0][1] if sections else long
