@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -51,3 +53,25 @@ def copy_repo(dest: Path, profile: str = "smoke") -> Path:
 @pytest.fixture
 def repo_copy(tmp_path: Path) -> Path:
     return copy_repo(tmp_path / "repo")
+
+
+def output_digests(repo: Path) -> dict[str, str]:
+    """sha256 of every file the pipeline wrote under data/ and results/, by relative path."""
+    return {str(p.relative_to(repo)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for top in ("data", "results") for p in sorted((repo / top).rglob("*"))
+            if p.is_file() and ".partial" not in p.parts}
+
+
+@pytest.fixture(scope="session")
+def smoke(tmp_path_factory) -> Path:
+    """The smoke DAG, run once locally by Snakemake; the digests of what it wrote are kept
+    beside the repository (``smoke_digests``) before other tests change anything."""
+    repo = copy_repo(tmp_path_factory.mktemp("smoke") / "repo")
+    run(["snakemake", "--profile", "profiles/local", "--cores", "2"], repo)
+    (repo.parent / "digests.json").write_text(json.dumps(output_digests(repo)))
+    return repo
+
+
+@pytest.fixture(scope="session")
+def smoke_digests(smoke: Path) -> dict[str, str]:
+    return json.loads((smoke.parent / "digests.json").read_text())

@@ -14,11 +14,13 @@ from pathlib import Path
 
 import h5py
 import numpy as np
-import pandas as pd
 import pytest
 import yaml
 
-from conftest import copy_repo, run, tool_env
+from conftest import run, tool_env
+import taskgeom
+from taskgeom import provenance
+from taskgeom.report.tables import read_table
 
 pytestmark = pytest.mark.pipeline
 
@@ -90,31 +92,23 @@ def test_dvc_yaml_is_generated_from_the_registry(repo_copy: Path):
     run(["taskgeom", "dvc-yaml", "--check"], repo_copy)
 
 
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory) -> Path:
-    """The smoke DAG, run once by Snakemake."""
-    repo = copy_repo(tmp_path_factory.mktemp("smoke") / "repo")
-    run(["snakemake", "--cores", "2"], repo)
-    return repo
-
-
 def test_snakemake_run_leaves_the_tables_and_nothing_to_do(smoke: Path):
     for rel in (*TABLES, "results/zoo_table.md", "results/figures/world_samples.png"):
         assert (smoke / rel).is_file(), rel
     report = (smoke / "results/REPORT.md").read_text()
     assert "## Tiny model zoo" in report and "world_samples.png" in report
     assert "## Table 1: the tractability diagnostic" in report and "kappa_curves.png" in report
-    table1 = pd.read_csv(smoke / "results/diagnose/table1.csv")
+    table1 = read_table(smoke / "results/diagnose/table1.csv")
     ours = table1[table1.source == "ours"].set_index("probe")
     assert set(ours.index) == {p.split("@")[1] for p in PROBES}
     assert ours.loc["mv-camera-l7", "regime"] == "rank-bounded"       # M = 2 views × 9 ≤ r
     assert ours["kappa_cap"].between(0, 1).all() and (ours["erank"] >= 1).all()
     assert (table1.source == "paper").sum() == 6
     assert "## Table 13: the SPN from RandNLA vs exact supervision" in report and "importance_maps.png" in report
-    heads = pd.read_csv(smoke / "results/metric/importance.csv")
+    heads = read_table(smoke / "results/metric/importance.csv")
     assert set(heads[heads.source == "ours"]["head"]) == {"cls-embed-l4", "dpt-depth-l4", "dpt-block-norm"}
     assert heads["rho"].between(-1, 1).all()
-    t13 = pd.read_csv(smoke / "results/metric/table13.csv")
+    t13 = read_table(smoke / "results/metric/table13.csv")
     assert set(t13[t13.source == "ours"]["supervision"]) == {"random-init", "exact", "q1", "q2"}
     assert t13["v1"].between(0, 1 + 1e-6).all()
     dry = run(["snakemake", "-n"], smoke)
@@ -294,6 +288,91 @@ def test_artifacts_round_trip_through_a_dvc_remote(smoke: Path, tmp_path: Path):
     for rel in outs:
         assert (clone / rel).read_bytes() == (smoke / rel).read_bytes(), rel
     assert json.loads(run(["dvc", "status", "--json"], clone).stdout) == {}
+
+
+@pytest.fixture
+def s3_endpoint():
+    """An S3-compatible server (moto) on loopback with an empty bucket; its URL."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        url = "http://%s:%d" % server.get_host_and_port()
+        boto3.client("s3", endpoint_url=url, region_name="us-east-1", **S3_KEYS).create_bucket(Bucket=S3_BUCKET)
+        yield url
+    finally:
+        server.stop()
+
+
+S3_BUCKET = "taskgeom-artifacts"
+S3_KEYS = {"aws_access_key_id": "taskgeom-test", "aws_secret_access_key": "taskgeom-test"}
+
+
+def use_s3_remote(repo: Path, url: str) -> None:
+    """The bucket as remote ``s3`` (committed), its keys in .dvc/config.local (never committed)."""
+    for args in (["add", "-f", "s3", f"s3://{S3_BUCKET}/smoke"], ["modify", "s3", "endpointurl", url],
+                 ["modify", "s3", "region", "us-east-1"],
+                 ["modify", "--local", "s3", "access_key_id", S3_KEYS["aws_access_key_id"]],
+                 ["modify", "--local", "s3", "secret_access_key", S3_KEYS["aws_secret_access_key"]]):
+        run(["dvc", "remote", *args], repo)
+
+
+def clone_with_s3(origin: Path, dest: Path, url: str) -> Path:
+    run(["git", "clone", "-q", str(origin), str(dest)], origin.parent)
+    use_s3_remote(dest, url)
+    return dest
+
+
+@pytest.mark.s3
+def test_artifacts_and_run_cache_round_trip_through_an_s3_remote(smoke: Path, s3_endpoint: str, tmp_path: Path):
+    run(["dvc", "repro"], smoke)  # DVC's lock and run-cache in step with the outputs
+    use_s3_remote(smoke, s3_endpoint)
+    git = ["git", "-c", "user.email=ci@taskgeom", "-c", "user.name=taskgeom"]
+    run(["git", "add", "-A"], smoke)
+    run([*git, "commit", "-qm", "results on the s3 remote", "--allow-empty"], smoke)
+    assert "access_key_id" not in run(["git", "show", "HEAD:.dvc/config"], smoke).stdout
+    timings = {}
+    start = time.monotonic()
+    run(["dvc", "push", "-r", "s3", "--run-cache"], smoke)
+    timings["push"] = time.monotonic() - start
+    outs = [o for s in dvc_stages(smoke).values() for o in s["outs"]]
+
+    clone = clone_with_s3(smoke, tmp_path / "clone", s3_endpoint)
+    start = time.monotonic()
+    run(["dvc", "pull", "-r", "s3"], clone)
+    timings["pull"] = time.monotonic() - start
+    for rel in outs:
+        assert (clone / rel).read_bytes() == (smoke / rel).read_bytes(), rel
+    assert json.loads(run(["dvc", "status", "--json"], clone).stdout) == {}
+
+    # A clone without the lock file knows its outputs only through the run-cache.
+    bare = clone_with_s3(smoke, tmp_path / "bare", s3_endpoint)
+    (bare / "dvc.lock").unlink()
+    run(["dvc", "config", "core.remote", "s3"], bare)
+    start = time.monotonic()
+    log = run(["dvc", "repro", "--pull"], bare).stdout
+    timings["repro --pull"] = time.monotonic() - start
+    assert "Running stage" not in log, log
+    assert log.count("skipping run, checking out outputs") == len(dvc_stages(smoke)), log
+    for rel in outs:
+        assert (bare / rel).read_bytes() == (smoke / rel).read_bytes(), rel
+    assert json.loads(run(["dvc", "status", "--json"], bare).stdout) == {}
+    print("\nS3 round trip: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
+
+
+def test_every_result_file_records_where_it_came_from(smoke: Path):
+    for stage in dvc_stages(smoke).values():
+        name = stage["name"].split("@")[0]
+        if name == "check-params":  # its output is the parameter guard, not a result
+            continue
+        for rel in stage["outs"]:
+            record = provenance.read(smoke / rel)
+            assert record["stage"].split("[")[0] == name, rel
+            assert record["code_version"].startswith(taskgeom.__version__), rel
+            assert record["machine"] and record["device"] in {"cpu", "cuda"} | {f"cuda:{i}" for i in range(8)}, rel
+            assert record["params"].keys() == {k.split(".")[0] for k in stage["params"]}, rel
 
 
 def kill_when(proc: subprocess.Popen, ready, timeout: float = 120) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import shutil
 import sys
@@ -106,6 +107,21 @@ def dvc_yaml_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def provenance_command(args: argparse.Namespace) -> int:
+    """Print where each file came from (its provenance record, as JSON)."""
+    from . import provenance
+
+    records = {}
+    for path in args.files:
+        try:
+            records[path] = provenance.read(path)
+        except ValueError as exc:
+            print(f"taskgeom: error: {exc}", file=sys.stderr)
+            return 2
+    print(json.dumps(records if len(records) > 1 else next(iter(records.values())), indent=2, sort_keys=True))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="taskgeom",
@@ -134,6 +150,10 @@ def parser() -> argparse.ArgumentParser:
     dv.add_argument("--check", action="store_true")
     dv.add_argument("--path", default="dvc.yaml")
     dv.set_defaults(func=dvc_yaml_command)
+    pv = sub.add_parser("provenance", help="Print where a result file came from: stage, code version, "
+                                           "parameters and machine.")
+    pv.add_argument("files", nargs="+", metavar="FILE")
+    pv.set_defaults(func=provenance_command)
     return p
 
 

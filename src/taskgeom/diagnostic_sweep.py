@@ -122,7 +122,7 @@ def run(ctx: StageContext) -> None:
               **{k: np.asarray(v, dtype=np.float64) for k, v in rows.items()}}
     with atomic_path(ctx.outputs["arrays"]) as tmp:
         layout = {k: (v.shape[1:], v.dtype) for k, v in arrays.items()}
-        attrs = encode_attrs({KIND_ATTR: "diagnose", "probe": name, **ctx.provenance()})
+        attrs = encode_attrs({KIND_ATTR: "diagnose", "probe": name, "provenance": ctx.provenance()})
         with new_file(tmp, attrs, layout, len(images)) as f:
             for k, v in arrays.items():
                 f[k][...] = v

@@ -75,7 +75,12 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         tmp_path.unlink(missing_ok=True)
 
 
-def write_text(path: str | Path, text: str) -> None:
+def write_text(path: str | Path, text: str, provenance: dict | None = None) -> None:
+    """Write ``text`` atomically; with ``provenance``, a first line records it (.csv, .md, .tex)."""
+    if provenance is not None:
+        from .provenance import header_line
+
+        text = header_line(provenance, Path(path).suffix) + text
     with atomic_path(path) as tmp:
         tmp.write_text(text)
 

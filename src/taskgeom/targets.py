@@ -41,7 +41,7 @@ from .data.splits import read_world, to_input
 from .linalg import JacobianOperator, exact_sketch, rademacher, randomized_svd_path, token_energy
 from .models import zoo
 from .probes import Probe, probe_map
-from .runtime import StageContext, code_version
+from .runtime import StageContext
 
 KIND = "targets"
 SPLITS = ("train", "val", "test")
@@ -110,7 +110,7 @@ def build_split(ctx: StageContext, name: str, split: str, pm, images: Tensor, se
                           seed0, exact)
     layout = {k: (np.shape(v), np.asarray(v).dtype.str) for k, v in first.items()}
     attrs = {"probe": name, "split": split, "r": r, "power_iters": list(qs), "exact": exact, "seed": seed0,
-             "settings": settings, "code_version": code_version(), "provenance": ctx.provenance()}
+             "settings": settings, "provenance": ctx.provenance()}
     store = ResumableH5(ctx.outputs[split], layout, len(images), attrs, KIND)
     try:
         if store.done:

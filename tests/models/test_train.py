@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from taskgeom.data import fetch
 from taskgeom.models import train, zoo
+from taskgeom.report.tables import read_table
 from taskgeom.runtime import StageContext
 from taskgeom.stages import WORLD_FILES
 
@@ -31,7 +32,8 @@ MODELS = {
 def world(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("world")
     outputs = {k: root / Path(v).name for k, v in WORLD_FILES.items()}
-    outputs |= {k: root / k for k in ("summary_csv", "summary_md", "figure_png", "figure_pdf")}
+    outputs |= {k: root / f"{k.replace('_', '.').replace('figure', 'world_samples')}"
+                for k in ("summary_csv", "summary_md", "figure_png", "figure_pdf")}
     real = {"imagenet_val": None, "imagenet_sketch": None, "nyu_depth_v2": None}
     fetch.run(StageContext("fetch", {}, outputs, {"world": WORLD, "real": real}))
     return outputs
@@ -48,8 +50,8 @@ def zoo_context(world: dict[str, Path], out: Path, name: str, **train_cfg) -> St
 def test_depth_model_learns(world, tmp_path: Path):
     ctx = zoo_context(world, tmp_path, "tiny-dpt", steps=120)
     train.run(ctx)
-    curve = [line.split(",") for line in ctx.outputs["curve"].read_text().splitlines()[1:]]
-    assert float(curve[-1][1]) < 0.7 * float(curve[0][1])  # training loss falls
+    losses = read_table(ctx.outputs["curve"])["train_loss"]
+    assert losses.iloc[-1] < 0.7 * losses.iloc[0]  # training loss falls
     metrics = json.loads(ctx.outputs["metrics"].read_text())["metrics"]
     assert metrics["abs_rel"] < metrics["baseline_abs_rel"]  # held-out, against the mean-depth map
 
@@ -58,8 +60,8 @@ def test_classifier_and_multiview_losses_fall(world, tmp_path: Path):
     for name in ("tiny-cls", "tiny-mv"):
         ctx = zoo_context(world, tmp_path / name, name, steps=60)
         train.run(ctx)
-        losses = [float(line.split(",")[1]) for line in ctx.outputs["curve"].read_text().splitlines()[1:]]
-        assert losses[-1] < losses[0], name
+        losses = read_table(ctx.outputs["curve"])["train_loss"]
+        assert losses.iloc[-1] < losses.iloc[0], name
 
 
 def test_checkpoint_round_trip_gives_the_same_model(world, tmp_path: Path):
@@ -67,7 +69,7 @@ def test_checkpoint_round_trip_gives_the_same_model(world, tmp_path: Path):
     train.run(ctx)
     model = zoo.load(ctx.outputs["weights"], ctx.outputs["config"])
     config = json.loads(ctx.outputs["config"].read_text())
-    assert config["architecture"]["img_size"] == 32 and "code_version" in config
+    assert config["architecture"]["img_size"] == 32 and "code_version" in config["provenance"]
     saved = load_file(str(ctx.outputs["weights"]))
     assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())
     fresh = zoo.seeded(0, config["architecture"])  # the trained weights are not the initialisation

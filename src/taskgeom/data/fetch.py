@@ -59,7 +59,8 @@ def build_split(ctx: StageContext, split: str, spec: WorldSpec) -> None:
     seed = split_seed(world["seed"], split)
     attrs = {"split": split, "seed": seed, "world_seed": world["seed"], "views": views, "resolutions": resolutions,
              "base_resolution": world["resolution"], "spec": spec.as_dict(), "class_names": list(CLASS_NAMES),
-             "depth_units": "metres (camera z)", "camera_convention": "OpenCV: x right, y down, z forward; cam_to_world"}
+             "depth_units": "metres (camera z)", "camera_convention": "OpenCV: x right, y down, z forward; cam_to_world",
+             "provenance": ctx.provenance()}
     store = ResumableH5(ctx.outputs[split], layout(views, resolutions), scenes, attrs, kind="world")
     if store.done:
         ctx.log.info("%s: resuming at scene %d of %d", split, store.done, scenes)
@@ -147,7 +148,7 @@ def draw_samples(ctx: StageContext, count: int = 4) -> None:
         axes[3, v].set_title(f"view {v}", fontsize=8)
     for row, name in enumerate(("RGB", "depth (m)", "line drawing", "multi-view group")):
         axes[row, 0].text(-0.08, 0.5, name, transform=axes[row, 0].transAxes, rotation=90, va="center", ha="right")
-    save_figure(fig, ctx.outputs["figure_png"], ctx.outputs["figure_pdf"])
+    save_figure(fig, ctx.outputs["figure_png"], ctx.outputs["figure_pdf"], provenance=ctx.provenance())
 
 
 def run(ctx: StageContext) -> None:
@@ -159,5 +160,5 @@ def run(ctx: StageContext) -> None:
     if len(real):
         summary = pd.concat([summary, real], ignore_index=True)
     write_table(summary, ctx.outputs["summary_csv"], ctx.outputs["summary_md"],
-                caption="Synthetic world: splits as stored (depth statistics over up to 200 scenes).")
+                caption="Synthetic world: splits as stored (depth statistics over up to 200 scenes).", provenance=ctx.provenance())
     draw_samples(ctx)

@@ -10,17 +10,19 @@ from pathlib import Path
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..provenance import KEY as PROVENANCE, encode
 from ..runtime import atomic_path, write_json
 
 
 def save_seeds(models: dict[int, nn.Module], architecture: dict, weights: Path, config_path: Path,
-               metadata: dict) -> None:
-    """One network per seed in one safetensors file, the architecture and seeds in the JSON."""
+               provenance: dict) -> None:
+    """One network per seed in one safetensors file, the architecture and seeds in the JSON;
+    both record ``provenance``."""
     state = {f"seed{seed}.{k}": v.detach().contiguous().cpu()
              for seed, model in models.items() for k, v in model.state_dict().items()}
     with atomic_path(weights) as tmp:
-        save_file(state, str(tmp))
-    write_json(config_path, {"architecture": architecture, "seeds": list(models), **metadata})
+        save_file(state, str(tmp), metadata={PROVENANCE: encode(provenance)})
+    write_json(config_path, {"architecture": architecture, "seeds": list(models), PROVENANCE: provenance})
 
 
 def load(weights: str | Path, config_path: str | Path, seed: int | None = None) -> tuple[nn.Module, dict]:

@@ -82,11 +82,11 @@ def run(ctx: StageContext) -> None:
         heads[seed] = head
     save_seeds(heads, {"kind": "importance_head", "tokens": train.tokens, "dim": train.dim, "width": cfg["width"],
                        "heads": cfg["heads"], "layers": cfg["layers"]},
-               ctx.outputs["weights"], ctx.outputs["config"], {"provenance": ctx.provenance()})
+               ctx.outputs["weights"], ctx.outputs["config"], ctx.provenance())
     summary = {k: summarize([s[k] for s in seeds], boot["resamples"], boot["level"], boot["seed"]).as_dict()
                for k in seeds[0] if k.startswith("rho")}
     write_json(ctx.outputs["metrics"], {
         "head": name, **cfg, "target_key": key, "parameters": param_count(head), "test_images": test.num_items,
         "rho_mean_map": summarize(rho_mean_map.tolist(), boot["resamples"], boot["level"], boot["seed"]).as_dict(),
         "seeds_detail": seeds, "summary": summary, "examples": examples, "provenance": ctx.provenance()})
-    write_table(pd.DataFrame(curves), ctx.outputs["curve"])
+    write_table(pd.DataFrame(curves), ctx.outputs["curve"], provenance=ctx.provenance())

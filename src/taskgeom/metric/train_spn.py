@@ -61,7 +61,7 @@ def run(ctx: StageContext) -> None:
             if not saved and source == f"q{ctx.params['learn']['targets']['power_iters']}":
                 zoo.save(model, {"kind": "spn", "tokens": train.tokens, "dim": train.dim, "rank": train.r,
                                  "width": cfg["width"], "depth": cfg["depth"], "heads": cfg["heads"]},
-                         ctx.outputs["weights"], ctx.outputs["config"], {"provenance": ctx.provenance()})
+                         ctx.outputs["weights"], ctx.outputs["config"], ctx.provenance())
                 saved = True
     frame = pd.DataFrame(rows)
     summary = {s: summarize(g["v1"].tolist(), boot["resamples"], boot["level"], boot["seed"]).as_dict()
@@ -70,4 +70,4 @@ def run(ctx: StageContext) -> None:
         "probe": name, **cfg, "reference": reference_source, "sources": train.sources(), "rank": train.r,
         "tokens": train.tokens, "dim": train.dim, "test_images": test.num_items, "train_images": train.num_items,
         "parameters": param_count(untrained), "rows": rows, "summary": summary, "provenance": ctx.provenance()})
-    write_table(pd.DataFrame(curves), ctx.outputs["curve"])
+    write_table(pd.DataFrame(curves), ctx.outputs["curve"], provenance=ctx.provenance())

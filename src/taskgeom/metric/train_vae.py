@@ -122,7 +122,7 @@ def run(ctx: StageContext) -> None:
               "vae": {"layout": asdict(layout), "dim": X.shape[2], "token_dim": cfg["token_dim"], "width": cfg["width"],
                       "stride": cfg["stride"]}}
     zoo.save(host, config, ctx.outputs["weights"], ctx.outputs["config"],
-             {"provenance": ctx.provenance(), "parameters": param_count(vae)})
+             ctx.provenance(), {"parameters": param_count(vae)})
     write_json(ctx.outputs["metrics"], {
         "model": cfg["model"], "decoder": cfg["decoder"], "latent_dim": latent_dim,
         "registers": vae.registers, "token_dim": cfg["token_dim"], "feature_tokens": X.shape[1],
@@ -130,4 +130,4 @@ def run(ctx: StageContext) -> None:
         "reconstruction": quality, "diagnose_groups": len(images), "latent_probe": latent,
         "original_probe": original_probe, "erank_reduction": original_probe["erank"]["mean"] / latent["erank"]["mean"],
         "provenance": ctx.provenance()})
-    write_table(pd.DataFrame(curve), ctx.outputs["curve"])
+    write_table(pd.DataFrame(curve), ctx.outputs["curve"], provenance=ctx.provenance())

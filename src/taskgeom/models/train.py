@@ -260,11 +260,11 @@ def run_pretrained(ctx: StageContext, cfg: dict, max_depth: float) -> None:
     metrics = {k: round(v, 6) for k, v in pretrained.evaluate(ctx, host, cfg, max_depth).items()}
     ctx.log.info("%s zero-shot on the world: %s", ctx.wildcard, metrics)
     save(host, pretrained.architecture(cfg), ctx.outputs["weights"], ctx.outputs["config"],
-         ctx.provenance() | {"parameters": param_count(host), "weights_source": str(cfg["path"])})
+         ctx.provenance(), {"parameters": param_count(host), "weights_source": str(cfg["path"])})
     write_json(ctx.outputs["metrics"], {"model": ctx.wildcard, "kind": "pretrained", "metrics": metrics,
-                                        "parameters": param_count(host), "steps": 0,
+                                        "parameters": param_count(host), "steps": 0, "provenance": ctx.provenance(),
                                         "test_scenes": len(read_world(ctx.inputs["test"], keys=("label",))["label"])})
-    write_table(pd.DataFrame(columns=["step", "train_loss"]), ctx.outputs["curve"])
+    write_table(pd.DataFrame(columns=["step", "train_loss"]), ctx.outputs["curve"], provenance=ctx.provenance())
 
 
 def world_max_depth(path: Path) -> float:
@@ -293,11 +293,12 @@ def run(ctx: StageContext) -> None:
     metrics = task.evaluate(model, test_data, train_data, max_depth)
     metrics = {k: round(v, 6) for k, v in metrics.items()}
     ctx.log.info("%s held-out: %s", name, metrics)
-    meta = ctx.provenance() | {"parameters": param_count(model), "train_scenes": len(train_data["label"]),
-                               "test_scenes": len(test_data["label"])}
-    save(model, arch, ctx.outputs["weights"], ctx.outputs["config"], meta)
+    meta = {"parameters": param_count(model), "train_scenes": len(train_data["label"]),
+            "test_scenes": len(test_data["label"])}
+    save(model, arch, ctx.outputs["weights"], ctx.outputs["config"], ctx.provenance(), meta)
     write_json(ctx.outputs["metrics"], {"model": name, "kind": cfg["kind"], "metrics": metrics,
+                                        "provenance": ctx.provenance(),
                                         "parameters": param_count(model), "steps": cfg["steps"],
                                         "test_scenes": len(test_data["label"])})
-    write_table(pd.DataFrame(curve, columns=["step", "train_loss"]), ctx.outputs["curve"])
+    write_table(pd.DataFrame(curve, columns=["step", "train_loss"]), ctx.outputs["curve"], provenance=ctx.provenance())
     partial.unlink(missing_ok=True)

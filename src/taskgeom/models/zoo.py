@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..provenance import KEY as PROVENANCE, encode
 from ..runtime import atomic_path, write_json
 from .dpt import TinyDPT
 from .multiview import TinyMultiView
@@ -45,12 +46,16 @@ def architecture(params_entry: dict, img_size: int) -> dict:
     return {k: v for k, v in {**params_entry, "img_size": img_size}.items() if k in ARCH_KEYS}
 
 
-def save(model: nn.Module, config: dict, weights: Path, config_path: Path, metadata: dict) -> None:
-    """Weights as safetensors (never pickles) and the architecture + provenance as JSON, both atomically."""
+def save(model: nn.Module, config: dict, weights: Path, config_path: Path, provenance: dict,
+         metadata: dict | None = None) -> None:
+    """Weights as safetensors (never pickles) and the architecture + ``metadata`` as JSON, both
+    atomically, both recording ``provenance``."""
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     with atomic_path(weights) as tmp:
-        save_file(state, str(tmp), metadata={"taskgeom_config": json.dumps(config, sort_keys=True)})
-    write_json(config_path, {"architecture": config, **metadata})
+        # One metadata entry: safetensors writes several in a random order, and reruns must
+        # give identical bytes. The architecture is in the JSON.
+        save_file(state, str(tmp), metadata={PROVENANCE: encode(provenance)})
+    write_json(config_path, {"architecture": config, **(metadata or {}), PROVENANCE: provenance})
 
 
 def load(weights: str | Path, config_path: str | Path, device: str = "cpu") -> nn.Module:

@@ -70,6 +70,6 @@ def run(ctx: StageContext) -> None:
                          for r in summary_rows(correct, boot)]
             ctx.log.info("%s %s@%d η=%.2f: %s", name, domain, res, ratio,
                          ", ".join(f"{m} {v.mean():.3g}" for m, v in values.items()))
-    write_table(pd.DataFrame(rows), ctx.outputs["table"])
+    write_table(pd.DataFrame(rows), ctx.outputs["table"], provenance=ctx.provenance())
     write_json(ctx.outputs["summary"], {"model": name, **cfg, "knn_top1_unpruned": unpruned,
                                         "images": p["images"], "seeds": p["seeds"], "provenance": ctx.provenance()})

@@ -102,6 +102,6 @@ def run(ctx: StageContext) -> None:
                 rows += [{**common, "metric": "silog_gt", "unpruned": unpruned_gt, **r} for r in summary_rows(vs_gt, boot)]
                 ctx.log.info("%s %s@%d %s llf=%s η=%.2f: %s", name, domain, res, schedule_name(schedule), llf, ratio,
                              ", ".join(f"{m} {v.mean():.3g}" for m, v in add.items()))
-    write_table(pd.DataFrame(rows), ctx.outputs["table"])
+    write_table(pd.DataFrame(rows), ctx.outputs["table"], provenance=ctx.provenance())
     write_json(ctx.outputs["summary"], {"model": name, **cfg, "images": p["images"], "seeds": p["seeds"],
                                         "examples": examples, "provenance": ctx.provenance()})

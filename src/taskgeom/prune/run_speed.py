@@ -48,4 +48,4 @@ def run(ctx: StageContext) -> None:
     table = pd.DataFrame(rows)
     table["machine"] = machine(ctx.device)
     table["batch"] = p["speed"]["images"]
-    write_table(table, ctx.outputs["table"])
+    write_table(table, ctx.outputs["table"], provenance=ctx.provenance())

@@ -119,7 +119,7 @@ def accuracy_table(results: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def figures(results: list[dict], arrays: dict[str, Path], outputs: dict[str, Path]) -> None:
+def figures(results: list[dict], arrays: dict[str, Path], outputs: dict[str, Path], provenance: dict) -> None:
     fig_s, ax_s = plt.subplots(figsize=(7, 4.5))
     fig_k, ax_k = plt.subplots(figsize=(7, 4.5))
     for res in results:
@@ -137,8 +137,8 @@ def figures(results: list[dict], arrays: dict[str, Path], outputs: dict[str, Pat
     ax_k.axhline(0.9, color="grey", lw=0.8, ls="--")
     for ax in (ax_s, ax_k):
         ax.legend(fontsize=6, ncol=2)
-    save_figure(fig_s, outputs["spectra_png"], outputs["spectra_pdf"])
-    save_figure(fig_k, outputs["kappa_curves_png"], outputs["kappa_curves_pdf"])
+    save_figure(fig_s, outputs["spectra_png"], outputs["spectra_pdf"], provenance=provenance)
+    save_figure(fig_k, outputs["kappa_curves_png"], outputs["kappa_curves_pdf"], provenance=provenance)
 
 
 def run(ctx: StageContext) -> None:
@@ -159,5 +159,5 @@ def run(ctx: StageContext) -> None:
         "accuracy": (accuracy_table(results), "Matrix-free diagnose against the dense reference (worst image)."),
     }
     for name, (df, cap) in tables.items():
-        write_table(df, ctx.outputs[f"{name}_csv"], ctx.outputs[f"{name}_md"], ctx.outputs[f"{name}_tex"], caption=cap)
-    figures(results, arrays, ctx.outputs)
+        write_table(df, ctx.outputs[f"{name}_csv"], ctx.outputs[f"{name}_md"], ctx.outputs[f"{name}_tex"], caption=cap, provenance=ctx.provenance())
+    figures(results, arrays, ctx.outputs, ctx.provenance())

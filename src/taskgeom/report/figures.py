@@ -9,13 +9,15 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..provenance import figure_metadata  # noqa: E402
 from ..runtime import atomic_path  # noqa: E402
 
 
-def save_figure(fig, png: str | Path, pdf: str | Path, dpi: int = 110) -> None:
-    """Write ``fig`` to both paths (no timestamps, so reruns give identical bytes) and close it."""
+def save_figure(fig, png: str | Path, pdf: str | Path, *, provenance: dict, dpi: int = 110) -> None:
+    """Write ``fig`` to both paths with ``provenance`` in their metadata (no timestamps, so
+    reruns give identical bytes) and close it."""
     fig.tight_layout()
     for path, fmt in ((png, "png"), (pdf, "pdf")):
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=dpi, metadata={"CreationDate": None} if fmt == "pdf" else None)
+            fig.savefig(tmp, format=fmt, dpi=dpi, metadata=figure_metadata(provenance, fmt))
     plt.close(fig)

@@ -25,7 +25,7 @@ import yaml
 from ..data.splits import read_world
 from ..runtime import StageContext
 from .figures import plt, save_figure
-from .tables import write_table
+from .tables import read_table, write_table
 
 ABLATION_KEYS = ("target", "w_rank", "train_images", "width", "heads", "layers", "steps")
 
@@ -155,7 +155,7 @@ def token_grid(n: int) -> tuple[int, int]:
     raise ValueError(f"{n} tokens do not form one square patch grid")
 
 
-def importance_figure(heads: list[dict], rgb: np.ndarray, outputs: dict[str, Path]) -> None:
+def importance_figure(heads: list[dict], rgb: np.ndarray, outputs: dict[str, Path], provenance: dict) -> None:
     shown = [h for h in base_heads(heads).values() if h.get("examples")]
     k = len(shown[0]["examples"]["index"]) if shown else 1
     fig, axes = plt.subplots(max(1, len(shown)) * 3, k, figsize=(2.1 * k, 6.3 * max(1, len(shown))), squeeze=False)
@@ -173,11 +173,11 @@ def importance_figure(heads: list[dict], rgb: np.ndarray, outputs: dict[str, Pat
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
-    save_figure(fig, outputs["importance_maps_png"], outputs["importance_maps_pdf"])
+    save_figure(fig, outputs["importance_maps_png"], outputs["importance_maps_pdf"], provenance=provenance)
 
 
 def curves_figure(heads: list[dict], head_curves: dict[str, pd.DataFrame], spn_curves: dict[str, pd.DataFrame],
-                  vae_curves: dict[str, pd.DataFrame], outputs: dict[str, Path]) -> None:
+                  vae_curves: dict[str, pd.DataFrame], outputs: dict[str, Path], provenance: dict) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for h in heads:
         c = head_curves[h["head"]]
@@ -194,7 +194,7 @@ def curves_figure(heads: list[dict], head_curves: dict[str, pd.DataFrame], spn_c
     axes[2].set(title="VAE", xlabel="step", ylabel="loss", yscale="log")
     for ax in axes:
         ax.legend(fontsize=6)
-    save_figure(fig, outputs["training_curves_png"], outputs["training_curves_pdf"])
+    save_figure(fig, outputs["training_curves_png"], outputs["training_curves_pdf"], provenance=provenance)
 
 
 def run(ctx: StageContext) -> None:
@@ -214,12 +214,12 @@ def run(ctx: StageContext) -> None:
                                           "probe, and the task output's reconstruction quality."),
     }
     for name, (df, cap) in tables.items():
-        write_table(df, ctx.outputs[f"{name}_csv"], ctx.outputs[f"{name}_md"], ctx.outputs[f"{name}_tex"], caption=cap)
+        write_table(df, ctx.outputs[f"{name}_csv"], ctx.outputs[f"{name}_md"], ctx.outputs[f"{name}_tex"], caption=cap, provenance=ctx.provenance())
     count = max((max(h["examples"]["index"]) + 1 for h in heads if h.get("examples")), default=1)
     rgb = read_world(ctx.inputs["test"], keys=("rgb",), limit=count)["rgb"]
-    importance_figure(heads, rgb, ctx.outputs)
-    read = lambda p: pd.read_csv(p)
+    importance_figure(heads, rgb, ctx.outputs, ctx.provenance())
+    read = read_table
     curves_figure(heads, {Path(p).stem.removesuffix("_curve"): read(p) for p in ctx.inputs["head_curves"]},
                   {Path(p).stem.removesuffix("_curve"): read(p) for p in ctx.inputs["spn_curves"]},
                   {Path(p).stem.removesuffix("_curve"): read(p) for p in ctx.inputs["vae_curves"]},
-                  ctx.outputs)
+                  ctx.outputs, ctx.provenance())

@@ -26,7 +26,7 @@ import yaml
 from ..data.splits import read_world
 from ..runtime import StageContext, write_text
 from .figures import plt, save_figure
-from .tables import write_table
+from .tables import read_table, write_table
 
 TABLE2_METHODS = ("random", "tome_score", "importance")
 METHOD_ORDER = ("random", "tome_score", "evit", "tome", "importance")
@@ -34,7 +34,7 @@ PAPER_METHOD = {"random": "random", "tome_score": "tome_score", "importance": "i
 
 
 def read_all(paths: list[Path]) -> pd.DataFrame:
-    frames = [pd.read_csv(p) for p in paths]
+    frames = [read_table(p) for p in paths]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -58,11 +58,11 @@ def markdown(sections: list[tuple[str, pd.DataFrame]]) -> str:
 
 def write(ctx: StageContext, name: str, long: pd.DataFrame, sections: list[tuple[str, pd.DataFrame]], caption: str) -> None:
     """CSV (long, the source of truth), Markdown (one pivot per section), LaTeX (the first pivot)."""
-    write_table(long, ctx.outputs[f"{name}_csv"])
-    write_text(ctx.outputs[f"{name}_md"], f"{caption}\n\n" + markdown(sections))
+    write_table(long, ctx.outputs[f"{name}_csv"], provenance=ctx.provenance())
+    write_text(ctx.outputs[f"{name}_md"], f"{caption}\n\n" + markdown(sections), ctx.provenance())
     first = sections[0][1] if sections else long
     write_text(ctx.outputs[f"{name}_tex"], first.to_latex(index=False, float_format=lambda x: f"{x:.4g}",
-                                                          caption=caption, escape=True))
+                                                          caption=caption, escape=True), ctx.provenance())
 
 
 def base_rows(df: pd.DataFrame, base_res: int, domain: str = "rgb") -> pd.DataFrame:
@@ -257,7 +257,7 @@ def degradation_figure(ctx, cls: pd.DataFrame, dense: pd.DataFrame, base_res: in
         ax.set_xlabel("pruning ratio η")
     if panels:
         axes[0][0].legend(fontsize=7)
-    save_figure(fig, ctx.outputs["prune_degradation_png"], ctx.outputs["prune_degradation_pdf"])
+    save_figure(fig, ctx.outputs["prune_degradation_png"], ctx.outputs["prune_degradation_pdf"], provenance=ctx.provenance())
 
 
 def maps_figure(ctx, summaries: list[dict]) -> None:
@@ -280,7 +280,7 @@ def maps_figure(ctx, summaries: list[dict]) -> None:
     for ax in axes.ravel():
         ax.set_xticks([])
         ax.set_yticks([])
-    save_figure(fig, ctx.outputs["prune_maps_png"], ctx.outputs["prune_maps_pdf"])
+    save_figure(fig, ctx.outputs["prune_maps_png"], ctx.outputs["prune_maps_pdf"], provenance=ctx.provenance())
 
 
 def run(ctx: StageContext) -> None:

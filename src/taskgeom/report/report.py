@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from ..provenance import split_header
 from ..runtime import StageContext, write_text
 from ..stages import STAGES
 from .tables import read_table
@@ -113,7 +114,7 @@ def render(ctx: StageContext) -> str:
         rel = os.path.relpath(path, ctx.outputs["report"].parent)
         out += [f"## {section.title}", "", section.text, "", f"Source: [`{rel}`]({rel})", ""]
         if section.pivots:
-            out += [Path(path).with_suffix(".md").read_text(), ""]
+            out += [split_header(Path(path).with_suffix(".md").read_text(), ".md")[1], ""]
         elif not section.link_only:
             out += [table.to_markdown(index=False, floatfmt=".4g"), ""]
         if section.paper_key:
@@ -124,4 +125,4 @@ def render(ctx: StageContext) -> str:
 
 
 def run(ctx: StageContext) -> None:
-    write_text(ctx.outputs["report"], render(ctx))
+    write_text(ctx.outputs["report"], render(ctx), ctx.provenance())

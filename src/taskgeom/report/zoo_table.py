@@ -34,4 +34,4 @@ def run(ctx: StageContext) -> None:
     table = pd.DataFrame([r for rec in records for r in rows(rec)])
     write_table(table, ctx.outputs["csv"], ctx.outputs["md"], ctx.outputs["tex"],
                 caption="Tiny zoo: held-out metrics against a trivial baseline (majority class; the training "
-                        "set's mean depth, pose and point map).")
+                        "set's mean depth, pose and point map).", provenance=ctx.provenance())

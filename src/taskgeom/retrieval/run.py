@@ -186,8 +186,8 @@ def run(ctx: StageContext) -> None:
     drm = models["drm"]
     zoo_cfg = {"kind": "drm", "rank": cfg["rank"], "dim": cache.dim, "head": json.loads(
         Path(ctx.inputs["head_config"]).read_text())["architecture"]}
-    zoo.save(drm, zoo_cfg, ctx.outputs["weights"], ctx.outputs["config"], {"provenance": ctx.provenance()})
-    write_table(pd.DataFrame(curves), ctx.outputs["curve"])
+    zoo.save(drm, zoo_cfg, ctx.outputs["weights"], ctx.outputs["config"], ctx.provenance())
+    write_table(pd.DataFrame(curves), ctx.outputs["curve"], provenance=ctx.provenance())
     write_json(ctx.outputs["metrics"], {
         "name": name, **cfg, "parameters": param_count(drm), "train_images": len(train_ids),
         "holdout_images": len(held_ids), "calibration": calibration, "rows": rows, "examples": examples,

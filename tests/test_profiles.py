@@ -1,0 +1,42 @@
+"""The Snakemake profiles: rules declare what a job needs, profiles say where it runs."""
+
+from __future__ import annotations
+
+import yaml
+
+from conftest import REPO
+from taskgeom import config
+from taskgeom.dag import snakemake_rule
+from taskgeom.stages import STAGES
+
+SLURM = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
+LOCAL = yaml.safe_load((REPO / "profiles/local/config.yaml").read_text())
+
+
+def rule_name(stage_name: str) -> str:
+    return stage_name.replace("-", "_")
+
+
+def test_every_rule_declares_threads_memory_runtime_and_gpu_but_no_placement():
+    params = config.load(REPO / "params/smoke.yaml")
+    for device, gpu in (("auto", 1), ("cpu", None)):
+        params["device"] = device
+        for stage in (s for s in STAGES if not s.dvc_only):
+            rule = snakemake_rule(stage.name, params)
+            assert rule.threads >= 1 and rule.resources["mem_mb"] > 0 and rule.resources["runtime"] > 0
+            assert rule.resources.get("gpu") == (gpu if stage.gpu else None), (stage.name, device)
+            assert not any(k.startswith("slurm") for k in rule.resources), stage.name
+
+
+def test_slurm_profile_places_every_job_and_sends_the_gpu_stages_to_a_gpu_partition():
+    assert SLURM["executor"] == "slurm"
+    default = SLURM["default-resources"]
+    assert default["slurm_partition"] and default["slurm_account"]
+    gpu_rules = {rule_name(s.name) for s in STAGES if s.gpu}
+    assert set(SLURM["set-resources"]) == gpu_rules
+    assert all(r["slurm_partition"] != default["slurm_partition"] for r in SLURM["set-resources"].values())
+
+
+def test_local_profile_uses_every_core_and_runs_gpu_stages_one_at_a_time():
+    assert LOCAL["cores"] == "all" and LOCAL["resources"]["gpu"] == 1
+    assert "executor" not in LOCAL

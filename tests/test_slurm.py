@@ -1,0 +1,120 @@
+"""The smoke DAG on a real one-node SLURM cluster (tests/cluster.py) through Snakemake's
+SLURM executor and profiles/slurm gives the bytes of a local run; a failing job fails the
+run, with its log, within a bound.
+
+Needs root and Debian's slurmctld, slurmd, slurm-client and munge (envs/setup-slurm.sh).
+Without them the tests skip, unless TASKGEOM_REQUIRE_SLURM=1 (as in CI) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cluster import PARTITION, SYSTEM_CONF, Cluster, missing_programs, slurm_cluster
+from conftest import REPO, copy_repo, output_digests, tool_env
+
+pytestmark = pytest.mark.slurm
+
+# Files holding wall-clock measurements, which differ between any two runs.
+WALL_CLOCK = ("results/prune/speed",)
+# Snakemake ignores SIGTERM while it waits on jobs: a run past this is killed outright.
+RUN_LIMIT_S = 900
+
+
+def cluster_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "bringing up munged, slurmctld and slurmd needs root"
+    if missing := missing_programs():
+        return f"{', '.join(missing)} not installed (envs/setup-slurm.sh installs them)"
+    if SYSTEM_CONF.exists():
+        return f"{SYSTEM_CONF} exists: this machine belongs to a SLURM cluster already"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if why := cluster_unavailable():
+        if os.environ.get("TASKGEOM_REQUIRE_SLURM") == "1":
+            pytest.fail(f"TASKGEOM_REQUIRE_SLURM=1 but {why}")
+        pytest.skip(why)
+    with slurm_cluster() as c:
+        yield c
+
+
+def cluster_profile(dest: Path, rules: bool = True) -> Path:
+    """profiles/slurm, pointed at the test cluster: its partition, no account (there is no
+    slurmdbd), squeue for job status, no GPUs, short polls, and every job's log kept."""
+    profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
+    profile["default-resources"] = {"slurm_partition": PARTITION}
+    profile["set-resources"] = {rule: {"slurm_partition": PARTITION, "gpu": 0} for rule in profile["set-resources"]}
+    if not rules:
+        del profile["set-resources"]
+    profile |= {"slurm-no-account": True, "slurm-status-command": "squeue",
+                "slurm-init-seconds-before-status-checks": 1, "seconds-between-status-checks": 1,
+                "latency-wait": 5, "slurm-keep-successful-logs": True}
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "config.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    return dest
+
+
+def run_bounded(cmd: list[str], cwd: Path, cluster: Cluster, limit: float = RUN_LIMIT_S) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in its own process group; SIGKILL the group if it outlives ``limit``."""
+    env = {**tool_env(), "SLURM_CONF": cluster.env["SLURM_CONF"]}
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"{cmd} still running after {limit:.0f} s: killed\n{report(cwd, out, err, cluster)}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def report(repo: Path, out: str, err: str, cluster: Cluster) -> str:
+    """Snakemake's output, then the log of every SLURM job that failed, then the daemons' logs."""
+    parts = [out[-3000:], err[-6000:]]
+    for log in sorted((repo / ".snakemake/slurm_logs").rglob("*.log")):
+        text = log.read_text(errors="replace")
+        if "Error" in text or "error" in text:
+            parts.append(f"--- {log.relative_to(repo)} ---\n{text[-4000:]}")
+    parts += [f"--- {d} ---\n{cluster.log(d)[-1500:]}" for d in ("slurmctld", "slurmd")]
+    return "\n".join(parts)
+
+
+def test_smoke_dag_through_slurm_gives_the_bytes_of_a_local_run(cluster: Cluster, smoke_digests: dict,
+                                                                 tmp_path: Path):
+    repo = copy_repo(tmp_path / "repo")
+    profile = cluster_profile(tmp_path / "profile")
+    start = time.monotonic()
+    proc = run_bounded(["snakemake", "--profile", str(profile)], repo, cluster)
+    took = time.monotonic() - start
+    assert proc.returncode == 0, report(repo, proc.stdout, proc.stderr, cluster)
+    jobs = list((repo / ".snakemake/slurm_logs").rglob("*.log"))
+    submitted = proc.stderr.count("has been submitted with SLURM jobid")
+    assert submitted == len(jobs) > 20, (submitted, len(jobs))  # every job went through sbatch
+    print(f"\nsmoke DAG through SLURM: {submitted} jobs in {took:.0f} s")
+    compared = lambda digests: {k: v for k, v in digests.items() if not k.startswith(WALL_CLOCK)}
+    ours, local = compared(output_digests(repo)), compared(smoke_digests)
+    assert ours.keys() == local.keys()
+    assert [k for k in ours if ours[k] != local[k]] == []
+
+
+def test_a_failing_job_fails_the_run_with_its_log(cluster: Cluster, tmp_path: Path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "Snakefile").write_text('rule boom:\n    output: "never.txt"\n'
+                                    '    shell: "echo boom: the command failed >&2; exit 3"\n')
+    profile = cluster_profile(tmp_path / "profile", rules=False)
+    start = time.monotonic()
+    proc = run_bounded(["snakemake", "--profile", str(profile)], work, cluster, limit=120)
+    assert proc.returncode != 0 and time.monotonic() - start < 120
+    assert "boom: the command failed" in report(work, proc.stdout, proc.stderr, cluster)
+    assert not (work / "never.txt").exists()
