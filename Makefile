@@ -18,7 +18,7 @@ test: venv
 	python -m pytest -q
 
 test-fast: venv
-	python -m pytest -q -m "not pipeline"
+	python -m pytest -q -m "not pipeline and not slurm"
 
 dvc-yaml: venv
 	taskgeom dvc-yaml
