@@ -160,5 +160,6 @@ def run(ctx: StageContext) -> None:
     if len(real):
         summary = pd.concat([summary, real], ignore_index=True)
     write_table(summary, ctx.outputs["summary_csv"], ctx.outputs["summary_md"],
-                caption="Synthetic world: splits as stored (depth statistics over up to 200 scenes).", provenance=ctx.provenance())
+                caption="Synthetic world: splits as stored (depth statistics over up to 200 scenes).",
+                provenance=ctx.provenance())
     draw_samples(ctx)

@@ -159,5 +159,6 @@ def run(ctx: StageContext) -> None:
         "accuracy": (accuracy_table(results), "Matrix-free diagnose against the dense reference (worst image)."),
     }
     for name, (df, cap) in tables.items():
-        write_table(df, ctx.outputs[f"{name}_csv"], ctx.outputs[f"{name}_md"], ctx.outputs[f"{name}_tex"], caption=cap, provenance=ctx.provenance())
+        write_table(df, ctx.outputs[f"{name}_csv"], ctx.outputs[f"{name}_md"], ctx.outputs[f"{name}_tex"], caption=cap,
+                    provenance=ctx.provenance())
     figures(results, arrays, ctx.outputs, ctx.provenance())

@@ -214,7 +214,8 @@ def run(ctx: StageContext) -> None:
                                           "probe, and the task output's reconstruction quality."),
     }
     for name, (df, cap) in tables.items():
-        write_table(df, ctx.outputs[f"{name}_csv"], ctx.outputs[f"{name}_md"], ctx.outputs[f"{name}_tex"], caption=cap, provenance=ctx.provenance())
+        write_table(df, ctx.outputs[f"{name}_csv"], ctx.outputs[f"{name}_md"], ctx.outputs[f"{name}_tex"], caption=cap,
+                    provenance=ctx.provenance())
     count = max((max(h["examples"]["index"]) + 1 for h in heads if h.get("examples")), default=1)
     rgb = read_world(ctx.inputs["test"], keys=("rgb",), limit=count)["rgb"]
     importance_figure(heads, rgb, ctx.outputs, ctx.provenance())

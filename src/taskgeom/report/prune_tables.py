@@ -257,7 +257,8 @@ def degradation_figure(ctx, cls: pd.DataFrame, dense: pd.DataFrame, base_res: in
         ax.set_xlabel("pruning ratio η")
     if panels:
         axes[0][0].legend(fontsize=7)
-    save_figure(fig, ctx.outputs["prune_degradation_png"], ctx.outputs["prune_degradation_pdf"], provenance=ctx.provenance())
+    save_figure(fig, ctx.outputs["prune_degradation_png"], ctx.outputs["prune_degradation_pdf"],
+                provenance=ctx.provenance())
 
 
 def maps_figure(ctx, summaries: list[dict]) -> None:

@@ -32,7 +32,8 @@ def rows_of(results: list[dict]) -> pd.DataFrame:
 
 
 def write(ctx: StageContext, name: str, df: pd.DataFrame, caption: str) -> None:
-    write_table(df, ctx.outputs[f"{name}_csv"], ctx.outputs[f"{name}_md"], ctx.outputs[f"{name}_tex"], caption, provenance=ctx.provenance())
+    write_table(df, ctx.outputs[f"{name}_csv"], ctx.outputs[f"{name}_md"], ctx.outputs[f"{name}_tex"], caption,
+                provenance=ctx.provenance())
 
 
 def columns(df: pd.DataFrame) -> list[str]:
@@ -76,7 +77,8 @@ def examples_figure(ctx: StageContext, results: list[dict]) -> None:
     for ax in axes.ravel():
         ax.set_xticks([])
         ax.set_yticks([])
-    save_figure(fig, ctx.outputs["retrieval_examples_png"], ctx.outputs["retrieval_examples_pdf"], provenance=ctx.provenance())
+    save_figure(fig, ctx.outputs["retrieval_examples_png"], ctx.outputs["retrieval_examples_pdf"],
+                provenance=ctx.provenance())
 
 
 def distances_figure(ctx: StageContext, results: list[dict]) -> None:
@@ -93,7 +95,8 @@ def distances_figure(ctx: StageContext, results: list[dict]) -> None:
         ax.set_ylabel("calibrated predicted distance")
         ax.set_title(f"{res['name']}, {domain}{' (training domain)' if domain == domains[0] else ''}", fontsize=9)
         ax.legend(fontsize=7, markerscale=3)
-    save_figure(fig, ctx.outputs["retrieval_distances_png"], ctx.outputs["retrieval_distances_pdf"], provenance=ctx.provenance())
+    save_figure(fig, ctx.outputs["retrieval_distances_png"], ctx.outputs["retrieval_distances_pdf"],
+                provenance=ctx.provenance())
 
 
 def run(ctx: StageContext) -> None:
