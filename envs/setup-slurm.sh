@@ -17,5 +17,11 @@ policy=/usr/sbin/policy-rc.d
 had_policy=0; [[ -e $policy ]] && had_policy=1
 [[ $had_policy -eq 1 ]] || { printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null; "${sudo[@]}" chmod +x "$policy"; }
 trap '[[ $had_policy -eq 1 ]] || "${sudo[@]}" rm -f "$policy"' EXIT
-"${sudo[@]}" apt-get update -qq
-DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+for attempt in 1 2 3; do  # a mirror's hiccup should not fail the run
+  if "${sudo[@]}" apt-get update -qq &&
+     DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  then exit 0; fi
+  echo "apt-get failed (attempt $attempt of 3)" >&2
+  sleep $((attempt * 10))
+done
+exit 1
