@@ -95,13 +95,13 @@ def slurm_conf(root: Path, cpus: int, memory_mb: int) -> str:
     ])
 
 
-def wait_for(check, what: str, timeout: float, cluster: Cluster | None = None) -> None:
+def wait_for(check, what: str, timeout: float, cluster: Cluster) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
             return
         time.sleep(0.5)
-    logs = "" if cluster is None else "\n".join(f"--- {d} ---\n{cluster.log(d)[-3000:]}" for d in DAEMONS)
+    logs = "\n".join(f"--- {d} ---\n{cluster.log(d)[-3000:]}" for d in DAEMONS)
     raise TimeoutError(f"{what} not ready after {timeout:.0f} s\n{logs}")
 
 

@@ -83,7 +83,7 @@ def report(repo: Path, out: str, err: str, cluster: Cluster) -> str:
     parts = [out[-3000:], err[-6000:]]
     for log in sorted((repo / ".snakemake/slurm_logs").rglob("*.log")):
         text = log.read_text(errors="replace")
-        if "Error" in text or "error" in text:
+        if "error" in text.lower():
             parts.append(f"--- {log.relative_to(repo)} ---\n{text[-4000:]}")
     parts += [f"--- {d} ---\n{cluster.log(d)[-1500:]}" for d in ("slurmctld", "slurmd")]
     return "\n".join(parts)

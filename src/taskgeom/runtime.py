@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from tqdm import tqdm
 
 from . import __version__
+from .provenance import header_line
 
 T = TypeVar("T")
 UMASK = os.umask(0)
@@ -78,8 +79,6 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 def write_text(path: str | Path, text: str, provenance: dict | None = None) -> None:
     """Write ``text`` atomically; with ``provenance``, a first line records it (.csv, .md, .tex)."""
     if provenance is not None:
-        from .provenance import header_line
-
         text = header_line(provenance, Path(path).suffix) + text
     with atomic_path(path) as tmp:
         tmp.write_text(text)
