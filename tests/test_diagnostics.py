@@ -65,7 +65,7 @@ def planted(name: str, nonlinear: float = 0.0, seed: int = 0):
 def assert_matches(d: Diagnosis, e: Diagnosis, decaying: bool = True, check_cv: bool = True):
     """The tolerances of the brief: κ ±0.02 (decaying spectra), erank and CV within 10%,
     r90 within ±1 when it lies within the sketch's basis; beyond it, r90 comes from the SLQ
-    density of the residual (three nodes per run), held to 10%."""
+    density of the residual (a few nodes per run), held to 10%."""
     assert d.kappa_cap == pytest.approx(e.kappa_cap, abs=0.02 if decaying else 0.05)
     assert d.erank == pytest.approx(e.erank, rel=0.10)
     if check_cv:
@@ -107,20 +107,20 @@ def test_diagnosis_fields_and_product_budget():
     torch.testing.assert_close(V.T @ V, torch.eye(20, dtype=DT), rtol=0, atol=1e-10)
     assert torch.all(d.sigma[:-1] >= d.sigma[1:]) and torch.all(d.kappa_curve[1:] >= d.kappa_curve[:-1])
     assert d.kappa_cap == float(d.kappa_curve[-1])
-    # block Krylov sketch (2q + 2)·b = 6·20 = 120; SLQ in rounds of 8 starts × (2s − 1) = 5 products
-    assert d.budget["sketch"] == 120 and d.budget["slq"] > 0 and d.budget["slq"] % 40 == 0
+    # block Krylov sketch (2q + 2)·b = 6·20 = 120; SLQ in rounds of 8 starts × 2s = 4 products (Radau)
+    assert d.budget["sketch"] == 120 and d.budget["slq"] > 0 and d.budget["slq"] % 32 == 0
     assert d.products == d.jvps + d.vjps == sum(d.budget.values())
-    assert abs(d.jvps - d.vjps) == d.budget["slq"] // 5   # per Lanczos run: s products one way, s − 1 back
-    cheap = diagnose(f, F, num_probes=8, power_iters=1, block=10, lanczos_steps=2)
-    assert cheap.budget == {"sketch": 4 * 10, "slq": 8 * 3}
+    assert d.jvps == d.vjps                     # per Lanczos run: s products each way
+    cheap = diagnose(f, F, num_probes=8, power_iters=1, block=10, lanczos_steps=3)
+    assert cheap.budget == {"sketch": 4 * 10, "slq": 8 * 6}
 
 
 def test_adaptive_rounds_stop_early_on_decaying_spectra_and_respect_the_cap():
     f, F = planted("moderate")
-    assert diagnose(f, F).budget["slq"] == 40                       # one round meets both tolerances
+    assert diagnose(f, F).budget["slq"] == 32                       # one round meets both tolerances
     f, F = planted("slow")
     strict = diagnose(f, F, kappa_atol=1e-9, entropy_atol=1e-9, num_probes=20)
-    assert strict.budget["slq"] == 20 * 5                           # never more than num_probes starts
+    assert strict.budget["slq"] == 20 * 4                           # never more than num_probes starts
 
 
 def test_diagnose_is_reproducible_by_seed():

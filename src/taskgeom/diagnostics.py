@@ -14,24 +14,28 @@ How ``diagnose`` spends its products (b = ``block``, default r; q = power_iters;
    share one sketch.
 2. Residual — stochastic Lanczos quadrature (Ubaru, Chen & Saad 2017) on the deflated operator
    (P g P, P = I − KKᵀ, run on the smaller of the input and output sides), in rounds of
-   ``probes_per_round`` Rademacher starts × s steps, (2s − 1) products per start. Each run gives a
-   Hutchinson sample of the residual trace (Gauss quadrature is exact for x) and of tr(g log g).
-   Rounds stop once the standard errors of κ_cap (≤ kappa_atol) and of the entropy −Σ p log p
-   (≤ entropy_atol nats) are small enough, or when ``num_probes`` starts (the paper's m) are spent.
+   ``probes_per_round`` Rademacher starts × s steps, closed by a Gauss–Radau rule with a node at 0
+   (``linalg.lanczos``), 2s products per start. Each run gives a Hutchinson sample of the residual
+   trace (the rule is exact for x) and of tr(g log g). Rounds stop once the standard errors of
+   κ_cap (≤ kappa_atol) and of the entropy −Σ p log p (≤ entropy_atol nats) are small enough, or
+   when ``num_probes`` starts (the paper's m) are spent.
    - ‖J‖_F² = ‖J K‖_F² + (1/m) Σ_j (residual samples);
    - tr(g log g) = Σ_i φ(ritz_i²) + SLQ of the residual -> erank.
-Defaults (r = 20, q = 2, s = 3, 8 starts per round): 120 + 40 = 160 products when one round
-suffices (decaying spectra), 40 more per further round on spread ones. Three Lanczos steps, not
-two: on probes whose basis is far from invariant the residual's spectrum is wide, and a
-two-node rule biases the entropy (erank 13–18% high on the tiny DPT's layer-1 probe, 6–8% at s = 3). Runs stop early when every Lanczos run
+Defaults (r = 20, q = 2, s = 2, 8 starts per round): 120 + 32 = 152 products when one round
+suffices (decaying spectra), 32 more per further round on spread ones. Radau, not Gauss: x log x
+has positive even derivatives, so a Gauss rule under-estimates tr(g log g) and erank comes out high
+(10–12% on the tiny DPT's layer-1 and decoder-input probes with three Gauss nodes); the Radau rule
+errs the other way and by less (within 3% there, with two steps). Runs stop early when every Lanczos run
 closes (a rank-deficient J). When the basis would reach min(M, N·D), J is read whole with
 min(M, N·D) products and everything is exact (κ_cap = 1 once r ≥ rank); no stochastic stage runs.
 
 r_0.90: from the Ritz values when κ_cap reaches 0.90 within the basis (``r90_source = "sketch"``);
 otherwise estimated beyond it from the SLQ quadrature read as a spectral density — each node θ
 stands for (its weight) eigenvalues of size θ — (``r90_source = "slq"``). The SLQ value is coarse
-(three nodes per run): within a few eigenvalues of the truth on the zoo's probes, ~5% on planted
-spectra whose r_0.90 lies far beyond the basis.
+and biased up: the density is that of the pinched operator KᵀgK ⊕ PgP, whose spectrum g's
+majorizes, so the count to 0.90 can only grow when K is not invariant (+2 to +3 on the tiny DPT's
+shallow probes even with an exact residual spectrum); ~5% on planted spectra whose r_0.90 lies far
+beyond the basis.
 """
 
 from __future__ import annotations
@@ -140,7 +144,7 @@ def _r90_from_density(ritz2: Tensor, tail: Quadrature | None, frob2: float) -> t
 
 
 def diagnose(f: Callable[[Tensor], Tensor], F: Tensor, r: int = 20, num_probes: int = 100,
-             power_iters: int | str = 2, seed: int = 0, *, block: int | None = None, lanczos_steps: int = 3,
+             power_iters: int | str = 2, seed: int = 0, *, block: int | None = None, lanczos_steps: int = 2,
              probes_per_round: int = 8, kappa_atol: float = 0.005, entropy_atol: float = 0.02,
              linearize: bool = False) -> Diagnosis:
     """Matrix-free diagnostic of f: (N, D) -> (M,) at F (N, D); see the module docstring for the
@@ -167,7 +171,7 @@ def _tail_rounds(op: JacobianOperator, basis: Tensor, top: Tensor, r: int, num_p
     used = 0
     while used < num_probes:
         k = min(per_round, num_probes - used)
-        rounds.append(lanczos_quadrature(op, Z[:, used:used + k], steps, basis, scale, side))
+        rounds.append(lanczos_quadrature(op, Z[:, used:used + k], steps, basis, scale, side, rule="radau"))
         used += k
         tail = _concat(rounds)
         t = (tail.weights * tail.nodes).sum(1)                 # per-start samples of tr(PgP)
@@ -183,14 +187,25 @@ def _tail_rounds(op: JacobianOperator, basis: Tensor, top: Tensor, r: int, num_p
 
 
 def _concat(parts: list[Quadrature]) -> Quadrature:
+    """The runs of several quadratures as one (rules padded with zero-weight nodes)."""
     s = max(q.nodes.shape[1] for q in parts)
     pad = lambda x: torch.nn.functional.pad(x, (0, s - x.shape[1]))
+    gauss = _concat([q.gauss for q in parts]) if all(q.gauss is not None for q in parts) else None
     return Quadrature(nodes=torch.cat([pad(q.nodes) for q in parts]), weights=torch.cat([pad(q.weights) for q in parts]),
-                      products=sum(q.products for q in parts))
+                      products=sum(q.products for q in parts), gauss=gauss)
+
+
+def _bracketing_density(tail: Quadrature) -> Quadrature:
+    """The even mixture of a Radau quadrature's density and the Gauss density of the same runs
+    (each run counted twice, so each rule gets half the weight). On x log x the two rules err in
+    opposite directions (``linalg.lanczos``), and so do the counts they put beyond the basis: on
+    the planted 1/i spectrum (r_0.90 = 111) the Gauss nodes alone give 7–11% too few, the Radau
+    nodes 12–18% too many, their mixture within 4%."""
+    return tail if tail.gauss is None else _concat([tail, tail.gauss])
 
 
 def diagnose_operator(op: JacobianOperator, r: int = 20, num_probes: int = 100, power_iters: int | str = 2,
-                      seed: int = 0, *, block: int | None = None, lanczos_steps: int = 3,
+                      seed: int = 0, *, block: int | None = None, lanczos_steps: int = 2,
                       probes_per_round: int = 8, kappa_atol: float = 0.005,
                       entropy_atol: float = 0.02) -> Diagnosis:
     """``diagnose`` on an existing JacobianOperator (its counters keep running)."""
@@ -211,7 +226,7 @@ def diagnose_operator(op: JacobianOperator, r: int = 20, num_probes: int = 100, 
         frob2 += tail.trace(lambda x: x)      # Hutch++ residual: (1/m) Σ ‖J P z_j‖²
         glogg += tail.trace(xlogx)
     erank = math.exp(entropy_from_traces(frob2, glogg)) if frob2 > 0 else 0.0
-    r90, source = _r90_from_density(ritz2, tail, frob2)
+    r90, source = _r90_from_density(ritz2, _bracketing_density(tail) if tail else None, frob2)
     if sk.exact:
         source = "exact"
     out = _summaries(sk.sigma, sk.V, frob2, N, D)

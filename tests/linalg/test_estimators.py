@@ -154,6 +154,60 @@ def test_lanczos_quadrature_is_exact_for_the_trace_and_counts_products():
     torch.testing.assert_close((quad.weights * quad.nodes).sum(1), JZ, rtol=1e-9, atol=0)   # zᵀ g z
 
 
+def _dense_gram(op: JacobianOperator) -> torch.Tensor:
+    J = op.mm(torch.eye(op.in_dim, dtype=DT))   # (M, N·D)
+    return J.T @ J
+
+
+def test_radau_rule_fixes_a_node_at_zero_and_is_exact_to_degree_2s():
+    f, F, sigma, _ = exact(SLOW)
+    op = JacobianOperator(f, F)
+    g = _dense_gram(JacobianOperator(f, F))
+    Z = rademacher(N * D, 5, seed=2)
+    s = 3
+    radau = lanczos_quadrature(op, Z, steps=s, rule="radau")
+    assert radau.products == op.products == 5 * 2 * s and radau.nodes.shape == (5, s + 1)
+    assert radau.gauss is not None and radau.gauss.nodes.shape == (5, s)
+    assert float(radau.nodes.min(1).values.abs().max()) < 1e-10 * float(radau.nodes.max())
+    gz = Z
+    for k in range(2 * s + 1):          # zᵀ gᵏ z: Radau is exact to degree 2s, Gauss to 2s − 1
+        moment = (Z * gz).sum(0)
+        torch.testing.assert_close((radau.weights * radau.nodes.pow(k)).sum(1), moment, rtol=1e-7, atol=1e-12)
+        if k < 2 * s:
+            torch.testing.assert_close((radau.gauss.weights * radau.gauss.nodes.pow(k)).sum(1), moment,
+                                       rtol=1e-7, atol=1e-12)
+        gz = g @ gz
+    with pytest.raises(ValueError, match="rule"):
+        lanczos_quadrature(op, Z, steps=2, rule="lobatto")
+
+
+def test_gauss_and_radau_bracket_the_x_log_x_quadratic_form():
+    """x log x has positive even and negative odd derivatives (from the 3rd): Gauss rules fall
+    below zᵀ φ(g) z and Radau rules at 0 above it, run by run."""
+    f, F, sigma, _ = exact(SLOW)
+    op = JacobianOperator(f, F)
+    lam, E = torch.linalg.eigh(_dense_gram(op))
+    Z = rademacher(N * D, 8, seed=3)
+    truth = ((E.T @ Z).pow(2) * xlogx(lam.clamp_min(0))[:, None]).sum(0)
+    for s in (2, 3, 5):
+        radau = lanczos_quadrature(op, Z, steps=s, rule="radau")
+        gauss_value = (radau.gauss.weights * xlogx(radau.gauss.nodes)).sum(1)
+        radau_value = (radau.weights * xlogx(radau.nodes)).sum(1)
+        assert torch.all(gauss_value < truth) and torch.all(radau_value > truth)
+
+
+def test_radau_on_a_closing_krylov_space_keeps_the_exact_gauss_rule():
+    f, F, _, _ = exact(torch.cat([FAST[:4], torch.zeros(M - 4, dtype=DT)]))   # rank 4: runs close at step 4
+    op = JacobianOperator(f, F)
+    Z = rademacher(N * D, 3, seed=4)
+    radau = lanczos_quadrature(op, Z, steps=8, rule="radau")
+    torch.testing.assert_close((radau.gauss.weights * radau.gauss.nodes).sum(1), op.mm(Z).pow(2).sum(0),
+                               rtol=1e-9, atol=0)
+    for phi in (lambda x: x, xlogx):
+        torch.testing.assert_close((radau.weights * phi(radau.nodes)).sum(1),
+                                   (radau.gauss.weights * phi(radau.gauss.nodes)).sum(1), rtol=1e-8, atol=1e-12)
+
+
 def test_output_side_lanczos_sees_the_same_deflated_spectrum():
     """J P Jᵀ on R^M and P g P on R^{N·D} share their nonzero eigenvalues: both sides give the
     same traces of x and x log x once the runs are long enough to close."""

@@ -9,6 +9,13 @@ zᵀ φ(g) z ≈ ‖z‖² Σ_k τ_k² φ(θ_k), θ_k the eigenvalues of the Lan
 z/‖z‖ and τ_k the first components of its eigenvectors (Gauss quadrature; exact for φ(x) = x,
 so the same runs also give Hutchinson's estimate of tr g).
 
+Gauss or Gauss–Radau (Golub & Meurant, "Matrices, Moments and Quadrature", 2010, ch. 6): every
+even derivative of φ(x) = x log x is positive on x > 0, so an s-node Gauss rule *under*-estimates
+zᵀφ(g)z — and the entropy, hence erank, comes out high (12% on a slowly decaying spectrum at
+s = 3). Every odd derivative from the third on is negative, so the Radau rule with one node fixed
+at 0 (g ⪰ 0) over-estimates it instead, by far less on spectra whose mass sits away from 0. It
+costs one more block of products (β_s, from Bᵀ B v_s) and is exact for polynomials of degree 2s.
+
 Deflation (as in Hutch++, Meyer et al. 2021): given an orthonormal basis Q (the power-iteration
 sketch) with J Q known, the top part is taken exactly from the Ritz values of J on Q and SLQ only
 runs on P g P, P = I − QQᵀ, with starts P z. When Q is (nearly) invariant — the dominant
@@ -37,6 +44,7 @@ class Quadrature:
     nodes: Tensor
     weights: Tensor
     products: int
+    gauss: Quadrature | None = None   # a Radau quadrature's runs read as Gauss rules (s nodes each)
 
     def trace(self, phi) -> float:
         """(1/m) Σ_j Σ_k w_jk φ(θ_jk): the SLQ estimate of tr(P φ(g) P)."""
@@ -55,20 +63,23 @@ def smaller_side(op: JacobianOperator) -> str:
 
 
 def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: Tensor | None = None,
-                       scale: float | None = None, side: str = "input") -> Quadrature:
+                       scale: float | None = None, side: str = "input", rule: str = "gauss") -> Quadrature:
     """Block of independent Lanczos runs on A = BᵀB with the nonzero spectrum of P g P
     (P = I − QQᵀ, or I without ``basis``).
 
     side "input":  B = J P,  starts (N·D, m);  side "output": B = P Jᵀ, starts (M, m), so that
     A = J P Jᵀ. Both give zᵀφ(A)z with tr φ(A) = tr φ(P g P) for φ(0) = 0; the side with fewer
     zero eigenvalues (``smaller_side``) wastes fewer quadrature nodes on them.
-    Returns a Quadrature with s ≤ ``steps`` nodes per run. All m runs advance together: each
-    step is one block of m products for B v (α = ‖B v‖²) and, except the last, one block of m
-    for Bᵀ(B v), the next vector; products = m·(2s − 1).
+    ``rule="gauss"``: s ≤ ``steps`` nodes per run. All m runs advance together: each step is one
+    block of m products for B v (α = ‖B v‖²) and, except the last, one block of m for Bᵀ(B v),
+    the next vector; products = m·(2s − 1). ``rule="radau"``: the last step's Bᵀ(B v) too, for
+    β_s, and s + 1 nodes, one at 0 (see the module docstring); products = m·2s.
     Full re-orthogonalisation (s is small) keeps the quadrature honest in floating point.
     A run whose Krylov space closes (β ≈ 0, e.g. a rank-deficient tail) continues as zeros, which
     adds nodes of weight 0; the loop stops early once every run has closed.
     """
+    if rule not in ("gauss", "radau"):
+        raise ValueError(f"rule must be 'gauss' or 'radau', got {rule!r}")
     start_products = op.products
 
     def project(X: Tensor) -> Tensor:
@@ -92,7 +103,7 @@ def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: 
         Bv = half(v)
         alpha = Bv.pow(2).sum(0)                              # vᵀ A v = ‖B v‖²
         alphas.append(alpha)
-        if step == steps - 1:                                 # the last step needs only B v
+        if step == steps - 1 and rule == "gauss":             # Gauss's last step needs only B v
             break
         w = half_t(Bv) - alpha * v - beta_prev * v_prev
         stack = torch.stack(basis_runs)                       # (s, n, m)
@@ -103,9 +114,11 @@ def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: 
             tiny = 1e-12 * max(float(torch.stack(alphas).abs().max()), 1e-300)
         closed = closed | (beta <= tiny)
         beta = torch.where(closed, torch.zeros_like(beta), beta)
+        betas.append(beta)
+        if step == steps - 1:                                 # Radau: β_s closes the rule
+            break
         v_prev, beta_prev = v, beta
         v = torch.where(closed, torch.zeros_like(w), w / torch.where(closed, torch.ones_like(beta), beta))
-        betas.append(beta)
         if bool(closed.all()):
             break
         basis_runs.append(v)
@@ -114,9 +127,34 @@ def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: 
     if s > 1:
         off = torch.stack(betas[: s - 1], 1)                  # (m, s-1)
         T = T + torch.diag_embed(off, 1) + torch.diag_embed(off, -1)
+    gauss = _gauss_rule(T, norms, op.products - start_products)
+    if rule == "gauss":
+        return gauss
+    radau = _gauss_rule(_radau_at_zero(T, betas[-1]), norms, gauss.products)
+    radau.gauss = gauss
+    return radau
+
+
+def _gauss_rule(T: Tensor, norms: Tensor, products: int) -> Quadrature:
+    """Jacobi matrices T (m, k, k), start norms (m,) -> nodes θ (eigenvalues) and weights τ² ‖z‖²."""
     theta, S = torch.linalg.eigh(T)
-    weights = S[:, 0, :].pow(2) * norms.pow(2)[:, None]       # τ_k² ‖z‖²
-    return Quadrature(nodes=theta.clamp_min(0), weights=weights, products=op.products - start_products)
+    return Quadrature(nodes=theta.clamp_min(0), weights=S[:, 0, :].pow(2) * norms.pow(2)[:, None], products=products)
+
+
+def _radau_at_zero(T: Tensor, beta: Tensor) -> Tensor:
+    """T (m, s, s) Lanczos tridiagonals, β_s (m,) -> (m, s+1, s+1) Gauss–Radau matrices with one
+    eigenvalue at 0: the new diagonal entry is δ_s from T δ = β_s² e_s (Golub & Meurant 2010,
+    §6.2). A closed run (β_s = 0) decouples the new node with weight 0, i.e. keeps Gauss."""
+    m, s, _ = T.shape
+    open_ = beta > 0
+    rhs = torch.zeros(m, s, 1, dtype=T.dtype, device=T.device)
+    rhs[:, -1, 0] = beta.pow(2)
+    eye = torch.eye(s, dtype=T.dtype, device=T.device)
+    delta = torch.linalg.solve(torch.where(open_[:, None, None], T, eye), rhs)[:, -1, 0]  # T ≻ 0 on open runs
+    R = torch.nn.functional.pad(T, (0, 1, 0, 1))
+    R[:, s - 1, s] = R[:, s, s - 1] = beta
+    R[:, s, s] = torch.where(open_, delta, torch.zeros_like(delta))
+    return R
 
 
 @dataclass
