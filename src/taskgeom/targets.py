@@ -111,7 +111,7 @@ def build_split(ctx: StageContext, name: str, split: str, pm, images: Tensor, se
     layout = {k: (np.shape(v), np.asarray(v).dtype.str) for k, v in first.items()}
     attrs = {"probe": name, "split": split, "r": r, "power_iters": list(qs), "exact": exact, "seed": seed0,
              "settings": settings, "provenance": ctx.provenance()}
-    store = ResumableH5(ctx.outputs[split], layout, len(images), attrs, KIND)
+    store = ResumableH5(ctx.outputs[split], layout, len(images), attrs, KIND, log=ctx.log)
     try:
         if store.done:
             ctx.log.info("%s/%s: resuming at image %d of %d", name, split, store.done, len(images))

@@ -74,6 +74,23 @@ def test_unreadable_partial_file_restarts(tmp_path: Path):
     store.close()
 
 
+def test_partial_file_with_a_damaged_chunk_restarts(tmp_path: Path, caplog):
+    """A kill mid-write can leave a partial file that opens but does not read back."""
+    build(tmp_path / "a.h5", stop_after=6)
+    partial = tmp_path / ".partial" / "a.h5"
+    with h5py.File(partial, "r") as f:
+        chunk = f["g/x"].id.get_chunk_info(2)          # an item already marked done
+    with partial.open("r+b") as raw:
+        raw.seek(chunk.byte_offset)
+        raw.write(b"\xff" * chunk.size)
+    store = ResumableH5(tmp_path / "a.h5", LAYOUT, 10, {"seed": 1, "spec": {"a": [1, 2]}}, kind="test")
+    assert store.done == 0 and "a.h5: the partial file is damaged" in caplog.text
+    store.close()
+    build(tmp_path / "a.h5")
+    build(tmp_path / "whole.h5")
+    assert (tmp_path / "a.h5").read_bytes() == (tmp_path / "whole.h5").read_bytes()
+
+
 def test_bad_files_are_named(tmp_path: Path):
     with pytest.raises(StoreError, match="absent.h5: no such file"):
         open_store(tmp_path / "absent.h5", "test")

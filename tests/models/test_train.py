@@ -32,8 +32,8 @@ MODELS = {
 def world(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("world")
     outputs = {k: root / Path(v).name for k, v in WORLD_FILES.items()}
-    outputs |= {k: root / f"{k.replace('_', '.').replace('figure', 'world_samples')}"
-                for k in ("summary_csv", "summary_md", "figure_png", "figure_pdf")}
+    outputs |= {"summary_csv": root / "summary.csv", "summary_md": root / "summary.md",
+                "figure_png": root / "world_samples.png", "figure_pdf": root / "world_samples.pdf"}
     real = {"imagenet_val": None, "imagenet_sketch": None, "nyu_depth_v2": None}
     fetch.run(StageContext("fetch", {}, outputs, {"world": WORLD, "real": real}))
     return outputs

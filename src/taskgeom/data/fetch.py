@@ -61,7 +61,7 @@ def build_split(ctx: StageContext, split: str, spec: WorldSpec) -> None:
              "base_resolution": world["resolution"], "spec": spec.as_dict(), "class_names": list(CLASS_NAMES),
              "depth_units": "metres (camera z)", "camera_convention": "OpenCV: x right, y down, z forward; cam_to_world",
              "provenance": ctx.provenance()}
-    store = ResumableH5(ctx.outputs[split], layout(views, resolutions), scenes, attrs, kind="world")
+    store = ResumableH5(ctx.outputs[split], layout(views, resolutions), scenes, attrs, kind="world", log=ctx.log)
     if store.done:
         ctx.log.info("%s: resuming at scene %d of %d", split, store.done, scenes)
     chunk = world["chunk"]

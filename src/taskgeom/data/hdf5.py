@@ -4,7 +4,7 @@ written resumably and published atomically.
 A file is built under ``<dir>/.partial/<name>`` and published only when complete,
 so a reader never sees a half-written file. An interrupted build resumes from its
 last flushed item block if the partial file was made with the same attributes;
-otherwise (other parameters, or a partial file HDF5 cannot open) it starts over.
+otherwise (other parameters, or a partial file HDF5 cannot open or read back) it starts over.
 Publishing rewrites the data into a fresh file in a fixed order, so the published
 bytes do not depend on whether, or where, the build was interrupted.
 """
@@ -12,6 +12,7 @@ bytes do not depend on whether, or where, the build was interrupted.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,11 +40,13 @@ class ResumableH5:
 
     ``layout``: dataset path -> (per-item shape, dtype); every dataset has ``num_items`` rows.
     ``attrs``: root attributes; a partial file is resumed only if they match exactly.
+    ``log``: where to say why a partial file was discarded.
     """
 
     def __init__(self, path: str | Path, layout: Mapping[str, tuple[tuple[int, ...], str]], num_items: int,
-                 attrs: Mapping[str, Any], kind: str):
+                 attrs: Mapping[str, Any], kind: str, log: logging.Logger | None = None):
         self.path = Path(path)
+        self.log = log or logging.getLogger(__name__)
         self.partial = self.path.parent / ".partial" / self.path.name
         self.partial.parent.mkdir(parents=True, exist_ok=True)
         self.num_items = num_items
@@ -55,15 +58,19 @@ class ResumableH5:
             return None
         try:
             f = h5py.File(self.partial, "r+")
-        except OSError:  # killed mid-write: HDF5 cannot read it, start over
-            self.partial.unlink()
-            return None
-        same = all(k in f.attrs and f.attrs[k] == v for k, v in self.attrs.items()) and all(n in f for n in layout)
-        if same:
-            return f
-        f.close()
+        except OSError:
+            return self.discard(None, "cannot be opened (its build was killed mid-write)")
+        if not (all(k in f.attrs and f.attrs[k] == v for k, v in self.attrs.items()) and all(n in f for n in layout)):
+            return self.discard(f, "was made with other parameters")
+        if not readable(f, layout):
+            return self.discard(f, "is damaged (its build was killed mid-write)")
+        return f
+
+    def discard(self, f: h5py.File | None, why: str) -> None:
+        if f is not None:
+            f.close()
         self.partial.unlink()
-        return None
+        self.log.warning("%s: the partial file %s; starting over", self.path.name, why)
 
     def create(self, layout) -> h5py.File:
         f = new_file(self.partial, self.attrs, layout, self.num_items)
@@ -108,6 +115,18 @@ class ResumableH5:
     def close(self) -> None:
         if self.file.id.valid:
             self.file.close()
+
+
+def readable(f: h5py.File, names, block: int = 256) -> bool:
+    """Every row of every dataset ``names`` decodes. A kill mid-write can leave a file that
+    opens but whose chunk index or written chunks are damaged (HDF5 keeps no journal)."""
+    try:
+        for name in names:
+            for start in range(0, f[name].shape[0], block):
+                f[name][start:start + block]
+    except (OSError, RuntimeError, ValueError):
+        return False
+    return True
 
 
 def new_file(path: Path, attrs: Mapping[str, Any], layout: Mapping[str, tuple[tuple[int, ...], Any]],

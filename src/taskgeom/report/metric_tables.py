@@ -219,8 +219,5 @@ def run(ctx: StageContext) -> None:
     count = max((max(h["examples"]["index"]) + 1 for h in heads if h.get("examples")), default=1)
     rgb = read_world(ctx.inputs["test"], keys=("rgb",), limit=count)["rgb"]
     importance_figure(heads, rgb, ctx.outputs, ctx.provenance())
-    read = read_table
-    curves_figure(heads, {Path(p).stem.removesuffix("_curve"): read(p) for p in ctx.inputs["head_curves"]},
-                  {Path(p).stem.removesuffix("_curve"): read(p) for p in ctx.inputs["spn_curves"]},
-                  {Path(p).stem.removesuffix("_curve"): read(p) for p in ctx.inputs["vae_curves"]},
-                  ctx.outputs, ctx.provenance())
+    curves = lambda kind: {Path(p).stem.removesuffix("_curve"): read_table(p) for p in ctx.inputs[f"{kind}_curves"]}
+    curves_figure(heads, curves("head"), curves("spn"), curves("vae"), ctx.outputs, ctx.provenance())
