@@ -29,13 +29,15 @@ errs the other way and by less (within 3% there, with two steps). Runs stop earl
 closes (a rank-deficient J). When the basis would reach min(M, N·D), J is read whole with
 min(M, N·D) products and everything is exact (κ_cap = 1 once r ≥ rank); no stochastic stage runs.
 
-r_0.90: from the Ritz values when κ_cap reaches 0.90 within the basis (``r90_source = "sketch"``);
-otherwise estimated beyond it from the SLQ quadrature read as a spectral density — each node θ
-stands for (its weight) eigenvalues of size θ — (``r90_source = "slq"``). The SLQ value is coarse
-and biased up: the density is that of the pinched operator KᵀgK ⊕ PgP, whose spectrum g's
-majorizes, so the count to 0.90 can only grow when K is not invariant (+2 to +3 on the tiny DPT's
-shallow probes even with an exact residual spectrum); ~5% on planted spectra whose r_0.90 lies far
-beyond the basis.
+r_0.90: from the Ritz values when no stochastic stage ran (an exact sketch);
+otherwise counted in g's Ritz density on the basis joined with the SLQ runs' vectors
+(``linalg.ritz_density``: the runs already computed their J-images, so it costs no products), which
+keeps the coupling between the basis and the residual. The pinched spectrum — Ritz values ⊕ the
+residual's quadrature nodes — drops it, and since g's spectrum majorizes the pinched one, its
+count can only come out high (+2 to +4 on the tiny DPT's shallow probes, where r_0.90 is 41–51;
+the Ritz density: −1 to +3). Beyond the basis's ℓ columns the deep tail is counted from the
+quadrature nodes (``_r90_from_density``). ``r90_source`` is ``"sketch"`` when the Ritz values
+alone reach 0.90, else ``"slq"``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from torch import Tensor
 from .linalg.dense import dense_jacobian
 from .linalg.lanczos import Quadrature, entropy_from_traces, lanczos_quadrature, smaller_side, xlogx
 from .linalg.operator import JacobianOperator
+from .linalg.ritz_density import ritz_density
 from .linalg.sketch import cv as coefficient_of_variation
 from .linalg.sketch import kappa_curve as cumulative_capture
 from .linalg.sketch import r90 as first_reaching
@@ -111,36 +114,46 @@ def diagnose_exact(f: Callable[[Tensor], Tensor], F: Tensor, r: int = 20) -> Dia
                      budget={"dense": J.shape[0]}, **out)
 
 
-def _r90_from_density(ritz2: Tensor, tail: Quadrature | None, frob2: float) -> tuple[int, str]:
-    """r_0.90 from the Ritz values ritz2 (ℓ,) = σ̂_i² and the SLQ density of the residual.
-
-    The spectrum is estimated as one density — each Ritz value one eigenvalue, each quadrature
-    node θ of the residual (its weight / m) eigenvalues of size θ — sorted descending, and r_0.90
-    is how many eigenvalues it takes to hold 0.90 of ‖J‖_F². Merging matters when the basis is not
-    invariant: Ritz values are then lower bounds (interlacing), and the residual holds parts of
-    directions larger than the last of them. ``"sketch"`` when only Ritz values were counted.
-    """
-    if frob2 <= 0:
-        return 1, "sketch"
-    if tail is None:  # an exact sketch, or no stochastic stage
-        hit = first_reaching(torch.cumsum(ritz2, 0) / frob2, R90_LEVEL)
-        return (hit if hit is not None else ritz2.numel() + 1), "sketch"
-    m = tail.nodes.shape[0]
-    theta = torch.cat([ritz2, tail.nodes.flatten()])
-    counts = torch.cat([torch.ones_like(ritz2), tail.weights.flatten() / m])
-    from_ritz = torch.cat([torch.ones_like(ritz2, dtype=torch.bool), torch.zeros_like(tail.nodes.flatten(), dtype=torch.bool)])
+def _count_to_090(theta: Tensor, counts: Tensor, frob2: float) -> int:
+    """How many eigenvalues a density — counts[k] eigenvalues of size theta[k] — needs, largest
+    first, to hold 0.90 of ‖J‖_F² (the fractional count rounded up); all of them when it holds less."""
     keep = theta > 1e-12 * float(theta.max())     # zero eigenvalues hold no energy (and null directions)
-    theta, counts, from_ritz = theta[keep], counts[keep], from_ritz[keep]
+    theta, counts = theta[keep], counts[keep]
     order = torch.argsort(theta, descending=True, stable=True)
-    theta, counts, from_ritz = theta[order], counts[order], from_ritz[order]
+    theta, counts = theta[order], counts[order]
     energy = torch.cumsum(theta * counts, 0)
     need = R90_LEVEL * frob2
     k = int(torch.searchsorted(energy, torch.tensor(need, dtype=energy.dtype)))
-    if k >= theta.numel():  # the estimated density falls short of 0.90 T: count everything it holds
-        return math.ceil(float(counts.sum())), "slq"
+    if k >= theta.numel():
+        return math.ceil(float(counts.sum()))
     before = float(energy[k - 1]) if k > 0 else 0.0
-    source = "sketch" if bool(from_ritz[: k + 1].all()) else "slq"
-    return max(1, math.ceil(float(counts[:k].sum()) + (need - before) / float(theta[k]) - 1e-9)), source
+    return max(1, math.ceil(float(counts[:k].sum()) + (need - before) / float(theta[k]) - 1e-9))
+
+
+def _r90_from_density(ritz2: Tensor, tail: Quadrature | None, density: Quadrature | None,
+                      frob2: float) -> tuple[int, str]:
+    """r_0.90 from the Ritz values ritz2 (ℓ,) = σ̂_i² when no stochastic stage ran; else from g's
+    Ritz density on the basis joined with the runs (``linalg.ritz_density``), which keeps their
+    coupling and so does not over-count as the pinched spectrum (Ritz values ⊕ the residual's
+    nodes) does. That density resolves g as far as its Rayleigh–Ritz space reaches; when it puts
+    r_0.90 beyond the basis's ℓ columns, the deep tail is counted from the runs' quadrature
+    nodes instead — the even mixture of their Radau and Gauss rules, which err on x log x in
+    opposite directions (``linalg.lanczos``), after the Ritz values: on the planted 1/i spectrum
+    (r_0.90 = 111, ℓ = 60) the Ritz density counts 2–11% too many, the mixture 1–7%.
+    ``"sketch"`` when the Ritz values alone reach 0.90 (r_0.90 lies within the basis), else ``"slq"``."""
+    if frob2 <= 0:
+        return 1, "sketch"
+    within = first_reaching(torch.cumsum(ritz2, 0) / frob2, R90_LEVEL)
+    if tail is None or density is None:  # an exact sketch, or no stochastic stage
+        return (within if within is not None else ritz2.numel() + 1), "sketch"
+    source = "sketch" if within is not None else "slq"
+    r90 = _count_to_090(density.nodes.flatten(), density.weights.flatten() / density.nodes.shape[0], frob2)
+    if r90 <= ritz2.numel():
+        return r90, source
+    runs = [tail] if tail.gauss is None else [tail, tail.gauss]
+    theta = torch.cat([ritz2] + [q.nodes.flatten() for q in runs])
+    counts = torch.cat([torch.ones_like(ritz2)] + [q.weights.flatten() / (q.nodes.shape[0] * len(runs)) for q in runs])
+    return _count_to_090(theta, counts, frob2), source
 
 
 def diagnose(f: Callable[[Tensor], Tensor], F: Tensor, r: int = 20, num_probes: int = 100,
@@ -157,11 +170,13 @@ def diagnose(f: Callable[[Tensor], Tensor], F: Tensor, r: int = 20, num_probes: 
                              kappa_atol=kappa_atol, entropy_atol=entropy_atol)
 
 
-def _tail_rounds(op: JacobianOperator, basis: Tensor, top: Tensor, r: int, num_probes: int, steps: int,
-                 per_round: int, seed: int, kappa_atol: float, entropy_atol: float) -> Quadrature:
+def _tail_rounds(op: JacobianOperator, basis: Tensor, J_basis: Tensor, top: Tensor, r: int, num_probes: int,
+                 steps: int, per_round: int, seed: int, kappa_atol: float,
+                 entropy_atol: float) -> tuple[Quadrature, Quadrature]:
     """SLQ on P g P in rounds of ``per_round`` starts until the standard errors of κ_cap(r) and of
     the entropy −Σ p log p (nats) fall below ``kappa_atol`` and ``entropy_atol``, or ``num_probes``
-    starts are spent. ``top`` (ℓ,): the sketch's Ritz values σ̂², the exact part of both traces."""
+    starts are spent. ``top`` (ℓ,): the sketch's Ritz values σ̂², the exact part of both traces.
+    Returns the residual's quadrature and, from the same runs, g's Ritz density (for r_0.90)."""
     T0, G0 = float(top.sum()), float(xlogx(top).sum())
     kappa_r = float(top[:r].sum()) / T0 if T0 > 0 else 0.0   # an upper bound on κ_cap(r) is enough
     scale = float(top[0]) if top.numel() else None
@@ -171,7 +186,8 @@ def _tail_rounds(op: JacobianOperator, basis: Tensor, top: Tensor, r: int, num_p
     used = 0
     while used < num_probes:
         k = min(per_round, num_probes - used)
-        rounds.append(lanczos_quadrature(op, Z[:, used:used + k], steps, basis, scale, side, rule="radau"))
+        rounds.append(lanczos_quadrature(op, Z[:, used:used + k], steps, basis, scale, side, rule="radau",
+                                         keep_vectors=True))
         used += k
         tail = _concat(rounds)
         t = (tail.weights * tail.nodes).sum(1)                 # per-start samples of tr(PgP)
@@ -183,25 +199,25 @@ def _tail_rounds(op: JacobianOperator, basis: Tensor, top: Tensor, r: int, num_p
         se = lambda x: float(x.std() / used ** 0.5)
         if kappa_r * se(t) / T <= kappa_atol and se(h) <= entropy_atol:  # SE(κ) = κ·SE(T)/T
             break
-    return tail
+    k = max(q.krylov[0].shape[2] for q in rounds)             # rounds whose runs all closed early kept fewer
+    pad = lambda x: torch.nn.functional.pad(x, (0, k - x.shape[2]))
+    X, JX = (torch.cat([pad(x) for x in parts]) for parts in zip(*(q.krylov for q in rounds)))
+    density = ritz_density(J_basis, Quadrature(tail.nodes, tail.weights, 0, krylov=(X, JX), norms=tail.norms),
+                           output_starts=side == "output")
+    return tail, density
 
 
 def _concat(parts: list[Quadrature]) -> Quadrature:
-    """The runs of several quadratures as one (rules padded with zero-weight nodes)."""
+    """The runs of several quadratures as one (rules padded with zero-weight nodes; Krylov vectors
+    are left out, start norms kept)."""
     s = max(q.nodes.shape[1] for q in parts)
     pad = lambda x: torch.nn.functional.pad(x, (0, s - x.shape[1]))
     gauss = _concat([q.gauss for q in parts]) if all(q.gauss is not None for q in parts) else None
-    return Quadrature(nodes=torch.cat([pad(q.nodes) for q in parts]), weights=torch.cat([pad(q.weights) for q in parts]),
-                      products=sum(q.products for q in parts), gauss=gauss)
-
-
-def _bracketing_density(tail: Quadrature) -> Quadrature:
-    """The even mixture of a Radau quadrature's density and the Gauss density of the same runs
-    (each run counted twice, so each rule gets half the weight). On x log x the two rules err in
-    opposite directions (``linalg.lanczos``), and so do the counts they put beyond the basis: on
-    the planted 1/i spectrum (r_0.90 = 111) the Gauss nodes alone give 6–11% too few, the Radau
-    nodes 12–18% too many, their mixture within 4%."""
-    return tail if tail.gauss is None else _concat([tail, tail.gauss])
+    out = Quadrature(nodes=torch.cat([pad(q.nodes) for q in parts]), weights=torch.cat([pad(q.weights) for q in parts]),
+                     products=sum(q.products for q in parts), gauss=gauss)
+    if all(q.norms is not None for q in parts):
+        out.norms = torch.cat([q.norms for q in parts])
+    return out
 
 
 def diagnose_operator(op: JacobianOperator, r: int = 20, num_probes: int = 100, power_iters: int | str = 2,
@@ -219,14 +235,14 @@ def diagnose_operator(op: JacobianOperator, r: int = 20, num_probes: int = 100, 
         raise ValueError(f"power_iters must be an integer ≥ 0 or 'auto', got {power_iters!r}")
     ritz2 = sk.ritz.pow(2)
     frob2, glogg = float(ritz2.sum()), float(xlogx(ritz2).sum())
-    tail = None
+    tail = density = None
     if not sk.exact and num_probes > 0 and lanczos_steps > 0:
-        tail = _tail_rounds(op, sk.Q, ritz2, r, num_probes, lanczos_steps, probes_per_round, seed + 1,
-                            kappa_atol, entropy_atol)
+        tail, density = _tail_rounds(op, sk.Q, sk.JQ, ritz2, r, num_probes, lanczos_steps, probes_per_round,
+                                     seed + 1, kappa_atol, entropy_atol)
         frob2 += tail.trace(lambda x: x)      # Hutch++ residual: (1/m) Σ ‖J P z_j‖²
         glogg += tail.trace(xlogx)
     erank = math.exp(entropy_from_traces(frob2, glogg)) if frob2 > 0 else 0.0
-    r90, source = _r90_from_density(ritz2, _bracketing_density(tail) if tail else None, frob2)
+    r90, source = _r90_from_density(ritz2, tail, density, frob2)
     if sk.exact:
         source = "exact"
     out = _summaries(sk.sigma, sk.V, frob2, N, D)

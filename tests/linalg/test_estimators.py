@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from taskgeom.linalg import (JacobianOperator, adaptive_power_iters, block_krylov_svd, xlogx, cv, exact_spectrum, hutchinson, hutchpp,
-                             kappa_curve, lanczos_quadrature, r90, rademacher, randomized_svd, slq_erank,
+                             kappa_curve, lanczos_quadrature, r90, rademacher, randomized_svd, ritz_density, slq_erank,
                              subspace_alignment, token_energy)
+from taskgeom.diagnostics import _count_to_090
 
 DT = torch.float64
 M, N, D = 120, 15, 16
@@ -228,6 +229,39 @@ def test_output_side_lanczos_sees_the_same_deflated_spectrum():
         assert full.trace(phi) * M == pytest.approx(float(phi(lam).sum()), rel=1e-6)  # unit starts: exact trace
     with pytest.raises(ValueError, match="side"):
         lanczos_quadrature(op, U, steps=2, side="left")
+
+
+@pytest.mark.parametrize("side", ["input", "output"])
+def test_ritz_density_counts_r90_where_the_pinched_spectrum_overcounts(side):
+    """σ_i = 0.97^i (exact r_0.90 = 38) and a 20-column basis from one Krylov round, far from
+    invariant: the Ritz values of the basis joined with P g P's exact spectrum (the pinched
+    operator) need 4 eigenvalues too many; the Ritz density of 200 two-step runs is within ±1, and
+    on the input side it keeps the Hutch++ trace exactly."""
+    s = 0.97 ** I
+    f, F = planted_map(s)
+    lam = s.pow(2)
+    T = float(lam.sum())
+    exact_r90 = r90(torch.cumsum(lam, 0) / T)
+    op = JacobianOperator(f, F)
+    sk = block_krylov_svd(op, 10, power_iters=1, seed=0)
+    J = op.mm(torch.eye(N * D, dtype=DT))
+    P = torch.eye(N * D, dtype=DT) - sk.Q @ sk.Q.T
+    pinched = torch.cat([sk.ritz.pow(2), torch.linalg.svdvals(J @ P).pow(2)])
+    assert _count_to_090(pinched, torch.ones_like(pinched), T) - exact_r90 >= 3
+
+    starts = rademacher(op.in_dim if side == "input" else op.out_dim, 200, seed=1)
+    runs = lanczos_quadrature(op, starts, 2, sk.Q, side=side, rule="radau", keep_vectors=True)
+    X, JX = runs.krylov
+    torch.testing.assert_close(JX, torch.stack([op.mm(x) for x in X]), rtol=1e-9, atol=1e-12)  # images are J X
+    density = ritz_density(sk.JQ, runs, output_starts=side == "output")
+    assert abs(_count_to_090(density.nodes[0], density.weights[0], T) - exact_r90) <= 1
+    # input starts count all N·D eigenvalues of g, null ones too; output starts J's rank (here M)
+    assert float(density.weights.sum()) == pytest.approx(N * D if side == "input" else M, rel=0.05)
+    if side == "input":  # Σ θ · count = ‖J Q‖_F² + mean ‖J P z‖², the Hutch++ estimate
+        torch.testing.assert_close(density.trace(lambda x: x), float(sk.JQ.pow(2).sum()) + runs.trace(lambda x: x),
+                                   rtol=1e-10, atol=0)
+    with pytest.raises(ValueError, match="keep_vectors"):
+        ritz_density(sk.JQ, lanczos_quadrature(op, starts, 2, sk.Q, side=side), output_starts=False)
 
 
 def test_plain_slq_erank_on_a_spread_spectrum():

@@ -5,6 +5,7 @@ sketch    randomized block power iteration (Halko et al. 2011), block Krylov (Mu
           and spectral summaries
 trace     Hutchinson and Hutch++ (Meyer et al. 2021) for tr g = ‖J‖_F²
 lanczos   stochastic Lanczos quadrature for the effective rank (Ubaru, Chen & Saad 2017)
+ritz_density  g's spectral density by Rayleigh–Ritz on the sketch's basis joined with Lanczos runs
 dense     the dense Jacobian and its exact SVD, the reference for tests
 """
 
@@ -12,6 +13,7 @@ from .dense import dense_jacobian, exact_spectrum
 from .lanczos import (Quadrature, SLQResult, entropy_from_traces, lanczos_quadrature, slq_erank, smaller_side,
                       xlogx)
 from .operator import JacobianOperator
+from .ritz_density import ritz_density
 from .sketch import (Sketch, adaptive_power_iters, block_krylov_svd, cv, exact_sketch, kappa_curve, r90, randomized_svd, randomized_svd_path, subspace_alignment,
                      token_energy)
 from .trace import TraceEstimate, hutchinson, hutchpp, rademacher
@@ -21,5 +23,6 @@ __all__ = [
     "Sketch", "exact_sketch", "randomized_svd", "randomized_svd_path", "adaptive_power_iters", "block_krylov_svd",
     "TraceEstimate", "hutchinson", "hutchpp", "rademacher",
     "Quadrature", "SLQResult", "lanczos_quadrature", "slq_erank", "smaller_side", "entropy_from_traces", "xlogx",
+    "ritz_density",
     "kappa_curve", "r90", "token_energy", "cv", "subspace_alignment",
 ]

@@ -45,6 +45,8 @@ class Quadrature:
     weights: Tensor
     products: int
     gauss: Quadrature | None = None   # a Radau quadrature's runs read as Gauss rules (s nodes each)
+    krylov: tuple[Tensor, Tensor] | None = None   # (X (m, N·D, k), J X (m, M, k)), ``keep_vectors``
+    norms: Tensor | None = None       # (m,) start norms: run j's start is norms[j] · X[j, :, 0]
 
     def trace(self, phi) -> float:
         """(1/m) Σ_j Σ_k w_jk φ(θ_jk): the SLQ estimate of tr(P φ(g) P)."""
@@ -63,7 +65,8 @@ def smaller_side(op: JacobianOperator) -> str:
 
 
 def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: Tensor | None = None,
-                       scale: float | None = None, side: str = "input", rule: str = "gauss") -> Quadrature:
+                       scale: float | None = None, side: str = "input", rule: str = "gauss",
+                       keep_vectors: bool = False) -> Quadrature:
     """Block of independent Lanczos runs on A = BᵀB with the nonzero spectrum of P g P
     (P = I − QQᵀ, or I without ``basis``).
 
@@ -75,6 +78,10 @@ def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: 
     the next vector; products = m·(2s − 1). ``rule="radau"``: the last step's Bᵀ(B v) too, for
     β_s, and s + 1 nodes, one at 0 (see the module docstring); products = m·2s.
     Full re-orthogonalisation (s is small) keeps the quadrature honest in floating point.
+    ``keep_vectors``: also return, per run, the input-side vectors whose J-images the run computed
+    — the Lanczos vectors P v (side "input"), or B v = P Jᵀ v (side "output") — with those images,
+    as ``Quadrature.krylov``; the start P z (input) or P Jᵀ z (output) is ``norms[j]`` times the
+    first of them (``linalg.ritz_density`` reads them).
     A run whose Krylov space closes (β ≈ 0, e.g. a rank-deficient tail) continues as zeros, which
     adds nodes of weight 0; the loop stops early once every run has closed.
     """
@@ -94,6 +101,7 @@ def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: 
     norms = Z.norm(dim=0)                                     # (m,)
     v = Z / torch.where(norms > 0, norms, torch.ones_like(norms))
     basis_runs = [v]                                          # Lanczos vectors, each (n, m)
+    kept: list[tuple[Tensor, Tensor]] = []                    # (input-side vector, its J-image), each (·, m)
     alphas: list[Tensor] = []
     betas: list[Tensor] = []
     v_prev, beta_prev = torch.zeros_like(v), torch.zeros_like(norms)
@@ -103,9 +111,14 @@ def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: 
         Bv = half(v)
         alpha = Bv.pow(2).sum(0)                              # vᵀ A v = ‖B v‖²
         alphas.append(alpha)
+        if keep_vectors and side == "input":
+            kept.append((v, Bv))
         if step == steps - 1 and rule == "gauss":             # Gauss's last step needs only B v
             break
-        w = half_t(Bv) - alpha * v - beta_prev * v_prev
+        BtBv = half_t(Bv)
+        if keep_vectors and side == "output":
+            kept.append((Bv, BtBv))
+        w = BtBv - alpha * v - beta_prev * v_prev
         stack = torch.stack(basis_runs)                       # (s, n, m)
         for _ in range(2):                                    # twice is enough (Kahan–Parlett)
             w = w - torch.einsum("snm,sm->nm", stack, torch.einsum("snm,nm->sm", stack, w))
@@ -129,10 +142,14 @@ def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: 
         T = T + torch.diag_embed(off, 1) + torch.diag_embed(off, -1)
     gauss = _gauss_rule(T, norms, op.products - start_products)
     if rule == "gauss":
-        return gauss
-    radau = _gauss_rule(_radau_at_zero(T, betas[-1]), norms, gauss.products)
-    radau.gauss = gauss
-    return radau
+        out = gauss
+    else:
+        out = _gauss_rule(_radau_at_zero(T, betas[-1]), norms, gauss.products)
+        out.gauss = gauss
+    if keep_vectors:
+        out.krylov = (torch.stack([x for x, _ in kept], 2).transpose(0, 1), torch.stack([y for _, y in kept], 2).transpose(0, 1))
+        out.norms = norms
+    return out
 
 
 def _gauss_rule(T: Tensor, norms: Tensor, products: int) -> Quadrature:
