@@ -262,6 +262,9 @@ def test_ritz_density_counts_r90_where_the_pinched_spectrum_overcounts(side):
                                    rtol=1e-10, atol=0)
     with pytest.raises(ValueError, match="keep_vectors"):
         ritz_density(sk.JQ, lanczos_quadrature(op, starts, 2, sk.Q, side=side), output_starts=False)
+    if side == "output":
+        with pytest.raises(ValueError, match="keep_vectors"):
+            lanczos_quadrature(op, starts, 1, sk.Q, side=side, keep_vectors=True)
 
 
 def test_plain_slq_erank_on_a_spread_spectrum():

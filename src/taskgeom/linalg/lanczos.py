@@ -87,6 +87,9 @@ def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: 
     """
     if rule not in ("gauss", "radau"):
         raise ValueError(f"rule must be 'gauss' or 'radau', got {rule!r}")
+    if keep_vectors and side == "output" and rule == "gauss" and steps < 2:
+        raise ValueError("keep_vectors on the output side needs rule='radau' or steps ≥ 2: a one-step Gauss run "
+                         "computes no J-image of an input-side vector")
     start_products = op.products
 
     def project(X: Tensor) -> Tensor:
