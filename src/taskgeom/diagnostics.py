@@ -201,10 +201,8 @@ def _tail_rounds(op: JacobianOperator, basis: Tensor, J_basis: Tensor, top: Tens
             break
     k = max(q.krylov[0].shape[2] for q in rounds)             # rounds whose runs all closed early kept fewer
     pad = lambda x: torch.nn.functional.pad(x, (0, k - x.shape[2]))
-    X, JX = (torch.cat([pad(x) for x in parts]) for parts in zip(*(q.krylov for q in rounds)))
-    density = ritz_density(J_basis, Quadrature(tail.nodes, tail.weights, 0, krylov=(X, JX), norms=tail.norms),
-                           output_starts=side == "output")
-    return tail, density
+    tail.krylov = tuple(torch.cat([pad(x) for x in parts]) for parts in zip(*(q.krylov for q in rounds)))
+    return tail, ritz_density(J_basis, tail, output_starts=side == "output")
 
 
 def _concat(parts: list[Quadrature]) -> Quadrature:

@@ -51,7 +51,7 @@ def ritz_density(JQ: Tensor, runs: Quadrature, output_starts: bool) -> Quadratur
     # C = E diag(d)^(-1/2) on the kept eigenpairs (closed runs' zero columns drop out).
     G = X.T @ X
     d, E = torch.linalg.eigh(G)
-    keep = d > 1e-10 * float(d.max()) if float(d.max()) > 0 else torch.zeros_like(d, dtype=torch.bool)
+    keep = d > 1e-10 * float(d.max())
     C = E[:, keep] * d[keep].rsqrt()
     JB = JX @ C                                                 # (M, K) images of the basis
     starts = (C.T @ G[:, ::k]) * runs.norms                     # (K, m) coordinates of the starts s_j
@@ -64,7 +64,8 @@ def ritz_density(JQ: Tensor, runs: Quadrature, output_starts: bool) -> Quadratur
     residual = (Yx.T @ starts).pow(2)                           # (ℓ+K, m): (y_kᵀ c_j)²
     if output_starts:  # whiten: divide by y_xᵀ Hₓ y_x, scale by ‖y_x‖²
         rayleigh = torch.einsum("ik,ij,jk->k", Yx, Hx, Yx)
-        whiten = torch.where(rayleigh > 0, Yx.pow(2).sum(0) / torch.where(rayleigh > 0, rayleigh, torch.ones_like(rayleigh)),
+        positive = rayleigh > 0
+        whiten = torch.where(positive, Yx.pow(2).sum(0) / torch.where(positive, rayleigh, torch.ones_like(rayleigh)),
                              torch.zeros_like(rayleigh))
         residual = residual * whiten[:, None]
     counts = Yq.pow(2).sum(0) + residual.mean(1)
