@@ -20,6 +20,7 @@ import torch.nn.functional as F_
 from torch import Tensor, nn
 
 from ..models.host import forward_states, freeze, use_math_attention
+from ..models.resize import resize_bilinear
 from ..models.vit import Grid
 from ..probes import Probe
 
@@ -104,7 +105,7 @@ class FeatureVAE(nn.Module):
         lay, b = self.layout, z.shape[0]
         grid = z.reshape(b * lay.views, self.latent_rows * self.latent_cols, self.token_dim).transpose(1, 2)
         h = self.from_latent(grid.reshape(b * lay.views, self.token_dim, self.latent_rows, self.latent_cols))
-        h = F_.interpolate(h, size=(lay.rows, lay.cols), mode="bilinear", align_corners=False)
+        h = resize_bilinear(h, (lay.rows, lay.cols), align_corners=False)
         maps = self.decoder(h).reshape(b, lay.views, lay.layers, self.dim, lay.rows * lay.cols)
         patches = maps.permute(0, 2, 1, 4, 3)                               # (B, L, V, rows·cols, D)
         prefix = torch.zeros(b, lay.layers, lay.views, lay.prefix, self.dim, dtype=z.dtype, device=z.device)

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F_
 from torch import Tensor, nn
 
+from .resize import resize_bilinear
 from .vit import Grid, patch_tokens_to_map, tiny_vit, vit_embed
 
 
@@ -34,7 +35,7 @@ class FusionBlock(nn.Module):
     def forward(self, coarse: Tensor, skip: Tensor | None = None) -> Tensor:
         x = coarse if skip is None else coarse + self.skip(skip)
         x = self.out(x)
-        x = F_.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=True)
+        x = resize_bilinear(x, (2 * x.shape[-2], 2 * x.shape[-1]), align_corners=True)
         return self.project(x)
 
 
@@ -68,10 +69,8 @@ class DPTHead(nn.Module):
         feats = [to_f(res(proj(m))) for m, proj, res, to_f in zip(maps, self.project, self.resample, self.to_features)]
         x = self.fusion[3](feats[3])
         for i in (2, 1, 0):
-            if x.shape[-2:] != feats[i].shape[-2:]:
-                x = F_.interpolate(x, size=feats[i].shape[-2:], mode="bilinear", align_corners=True)
-            x = self.fusion[i](x, feats[i])
-        x = F_.interpolate(x, size=size, mode="bilinear", align_corners=True)
+            x = self.fusion[i](resize_bilinear(x, feats[i].shape[-2:], align_corners=True), feats[i])
+        x = resize_bilinear(x, size, align_corners=True)
         x = self.out(x)
         return torch.exp(x) if self.positive else x
 

@@ -1,0 +1,45 @@
+"""Bilinear resizing of feature maps as two small matrix products, for the maps that the
+diagnostic differentiates.
+
+Same map as ``F.interpolate(x, size, mode="bilinear", align_corners=...)`` (PyTorch's source-
+index rule, so trained weights carry over), but vmap-friendly: under ``vmap(jvp(...))`` on CPU,
+``upsample_bilinear2d``'s forward-mode rule copies its batched output and took about half of
+every JVP block through a DPT head (32×32 -> 64×64 on 20 vectors: 33 ms against 3 ms here).
+A resize to the map's own size is the identity and costs nothing.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+
+@lru_cache(maxsize=64)
+def _weights(n_in: int, n_out: int, align_corners: bool, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """(n_out, n_in) linear-interpolation weights along one axis, PyTorch's source index:
+    align_corners: s = i·(n_in − 1)/(n_out − 1); else s = max(0, (i + ½)·n_in/n_out − ½)."""
+    i = torch.arange(n_out, dtype=torch.float64)
+    if align_corners:
+        src = i * ((n_in - 1) / (n_out - 1)) if n_out > 1 else torch.zeros_like(i)
+    else:
+        src = ((i + 0.5) * (n_in / n_out) - 0.5).clamp(min=0.0)
+    lo = src.floor().long().clamp(max=n_in - 1)
+    hi = (lo + 1).clamp(max=n_in - 1)
+    frac = src - lo
+    W = torch.zeros(n_out, n_in, dtype=torch.float64)
+    rows = torch.arange(n_out)
+    W.index_put_((rows, lo), 1 - frac, accumulate=True)
+    W.index_put_((rows, hi), frac, accumulate=True)
+    return W.to(dtype=dtype, device=device)
+
+
+def resize_bilinear(x: Tensor, size: tuple[int, int], align_corners: bool) -> Tensor:
+    """x (..., H, W) -> (..., h, w), bilinear, as ``F.interpolate`` with that ``align_corners``."""
+    (H, W), (h, w) = x.shape[-2:], tuple(size)
+    if (H, W) == (h, w):
+        return x
+    rows = _weights(H, h, align_corners, x.dtype, x.device)
+    cols = _weights(W, w, align_corners, x.dtype, x.device)
+    return rows @ x @ cols.T

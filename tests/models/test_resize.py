@@ -1,0 +1,31 @@
+"""resize_bilinear is F.interpolate's bilinear map, and stays cheap to differentiate under vmap."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F_
+from torch.func import jvp, vmap
+
+from taskgeom.models.resize import resize_bilinear
+
+
+@pytest.mark.parametrize("align_corners", [True, False])
+@pytest.mark.parametrize("shape, size", [((2, 3, 8, 8), (16, 16)),     # the DPT head's ×2
+                                         ((1, 4, 5, 7), (11, 3)),      # up one axis, down the other
+                                         ((2, 2, 6, 6), (4, 9)),       # non-integer ratios
+                                         ((1, 2, 1, 6), (3, 6)),       # a one-pixel axis
+                                         ((3, 2, 8, 8), (8, 8))])      # its own size: the identity
+def test_equals_interpolate(shape, size, align_corners):
+    x = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    expected = F_.interpolate(x, size=size, mode="bilinear", align_corners=align_corners)
+    torch.testing.assert_close(resize_bilinear(x, size, align_corners), expected, rtol=0, atol=1e-12)
+
+
+def test_its_jvp_under_vmap_is_the_resize_of_each_tangent():
+    g = torch.Generator().manual_seed(1)
+    x, V = torch.randn(1, 3, 4, 4, generator=g), torch.randn(5, 1, 3, 4, 4, generator=g)
+    resize = lambda t: resize_bilinear(t, (8, 8), align_corners=True)
+    tangents = vmap(lambda v: jvp(resize, (x,), (v,))[1])(V)
+    expected = F_.interpolate(V.flatten(0, 1), size=(8, 8), mode="bilinear", align_corners=True).reshape(5, 1, 3, 8, 8)
+    torch.testing.assert_close(tangents, expected)
