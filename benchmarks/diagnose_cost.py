@@ -6,7 +6,10 @@ inputs when the world has not been rendered):
 
 - forward: median time of one forward of f at F;
 - diagnose: time of `diagnose(f, F)` at the defaults (r=20, num_probes=100, q=2), its products,
-  and time / forward = forward-equivalents;
+  and time / forward = forward-equivalents; split into the time in JVP and VJP blocks (forward-
+  equivalents per product) and the rest; and min_budget_forward_equivalents, what the smallest
+  budget that runs the stochastic stage (the sketch plus one SLQ round, 152 products at the
+  defaults) costs at this image's measured per-product rate, a floor for any stopping rule;
 - dense: time of `diagnose_exact` (jacrev + SVD) where min(M, N·D) ≤ --dense-max, the speedup
   dense / diagnose, and the errors of the matrix-free values against it.
 
@@ -20,21 +23,23 @@ at block 10, with the process's peak resident memory. Results: results/benchmark
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import platform
 import resource
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
+import numpy as np
 import pandas as pd
 import torch
 
-from taskgeom import config
-import numpy as np
-
+from taskgeom import config, diagnostics
 from taskgeom.diagnostic_sweep import accuracy, probe_images
 from taskgeom.diagnostics import diagnose, diagnose_exact
+from taskgeom.linalg.operator import JacobianOperator
 from taskgeom.models import zoo
 from taskgeom.probes import Probe, ProbeMap
 from taskgeom.runtime import code_version, write_text
@@ -59,39 +64,88 @@ def inputs_for(host, params: dict, count: int):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
 
 
-def forward_seconds(probe: Probe, repeats: int = 5) -> float:
+def sync_for(device: str):
+    """What waits for queued kernels before a clock is read (CUDA runs asynchronously)."""
+    return torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+
+def forward_seconds(probe: Probe, repeats: int = 5, sync=lambda: None) -> float:
     """Median wall time of one forward of f at F (the unit of the cost in forward-equivalents)."""
     times = []
     with torch.no_grad():
         probe.f(probe.F)
+        sync()
         for _ in range(repeats):
             start = time.perf_counter()
             probe.f(probe.F)
+            sync()
             times.append(time.perf_counter() - start)
     return float(np.median(times))
 
 
-def timed(fn):
+def timed(fn, sync=lambda: None):
     start = time.perf_counter()
     out = fn()
+    sync()
     return out, time.perf_counter() - start
+
+
+_DEFAULTS = inspect.signature(diagnose).parameters
+ONE_SLQ_ROUND = 2 * _DEFAULTS["lanczos_steps"].default * _DEFAULTS["probes_per_round"].default  # products
+
+
+def timed_diagnose(probe: Probe, seed: int, sync=lambda: None):
+    """``diagnose(probe.f, probe.F, seed=seed)`` timed, with the seconds spent inside its JVP and
+    VJP blocks (its operator is swapped for one that clocks them)."""
+    spent = {"jvp": 0.0, "vjp": 0.0}
+
+    def clocked(kind: str, product, X):
+        start = time.perf_counter()
+        out = product(X)
+        sync()
+        spent[kind] += time.perf_counter() - start
+        return out
+
+    class ClockedOperator(JacobianOperator):
+        def matvec(self, V):
+            return clocked("jvp", super().matvec, V)
+
+        def rmatvec(self, U):
+            return clocked("vjp", super().rmatvec, U)
+
+    with mock.patch.object(diagnostics, "JacobianOperator", ClockedOperator):
+        d, seconds = timed(lambda: diagnose(probe.f, probe.F, seed=seed), sync)
+    return d, seconds, spent
+
+
+def cost_columns(d, seconds: float, spent: dict, fwd: float) -> dict:
+    """Forward-equivalents in total, per product, outside the products, and at the smallest budget
+    that runs the stochastic stage (see the module docstring)."""
+    per_product = (spent["jvp"] + spent["vjp"]) / fwd / max(d.products, 1)
+    min_products = d.budget.get("sketch", 0) + ONE_SLQ_ROUND if d.budget.get("slq", 0) else d.products
+    return {"forward_equivalents": seconds / fwd,
+            "jvp_forward_equivalents": spent["jvp"] / fwd / max(d.jvps, 1),
+            "vjp_forward_equivalents": spent["vjp"] / fwd / max(d.vjps, 1),
+            "other_forward_equivalents": (seconds - spent["jvp"] - spent["vjp"]) / fwd,
+            "min_budget_products": min_products, "min_budget_forward_equivalents": min_products * per_product}
 
 
 def measure(name: str, pm: ProbeMap, images, dense_max: int, device: str, weights: str) -> list[dict]:
     rows = []
     for i, image in enumerate(images):
         probe = pm.at(image.to(device))
-        fwd = forward_seconds(probe)
-        d, seconds = timed(lambda: diagnose(probe.f, probe.F, seed=i))
+        sync = sync_for(device)
+        fwd = forward_seconds(probe, sync=sync)
+        d, seconds, spent = timed_diagnose(probe, i, sync)
         N, D = probe.F.shape
         M = int(probe.f(probe.F).numel())
         row = {"probe": name, "weights": weights, "image": i, "N": N, "D": D, "M": M,
-               "forward_ms": 1e3 * fwd, "diagnose_s": seconds, "forward_equivalents": seconds / fwd,
+               "forward_ms": 1e3 * fwd, "diagnose_s": seconds, **cost_columns(d, seconds, spent, fwd),
                "products": d.products, "sketch_products": d.budget.get("sketch", 0),
                "slq_products": d.budget.get("slq", 0), "kappa_cap": d.kappa_cap, "erank": d.erank, "r90": d.r90,
                "cv": d.cv}
         if min(M, N * D) <= dense_max:
-            e, dense_s = timed(lambda: diagnose_exact(probe.f, probe.F))
+            e, dense_s = timed(lambda: diagnose_exact(probe.f, probe.F), sync)
             row |= {"dense_s": dense_s, "speedup_vs_dense": dense_s / seconds, **accuracy(d, e)}
         rows.append(row)
         print(f"{name} image {i}: {row['forward_equivalents']:.0f} forward-equivalents, {d.products} products"
@@ -107,12 +161,13 @@ def paper_scale(device: str) -> dict:
     pm = ProbeMap(host, "cls", [10])
     image = torch.randn(3, 224, 224, generator=torch.Generator().manual_seed(0)).to(device)
     probe = pm.at(image)
-    fwd = forward_seconds(probe, repeats=3)
-    d, seconds = timed(lambda: diagnose(probe.f, probe.F))
+    sync = sync_for(device)
+    fwd = forward_seconds(probe, repeats=3, sync=sync)
+    d, seconds, spent = timed_diagnose(probe, 0, sync)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (Linux)
     row = {"probe": "dinov2-b14 (random weights) cls @ block 10, 224 px", "N": probe.F.shape[0],
            "D": probe.F.shape[1], "M": int(probe.f(probe.F).numel()), "forward_ms": 1e3 * fwd,
-           "diagnose_s": seconds, "forward_equivalents": seconds / fwd, "products": d.products,
+           "diagnose_s": seconds, **cost_columns(d, seconds, spent, fwd), "products": d.products,
            "kappa_cap": d.kappa_cap, "erank": d.erank, "cv": d.cv, "peak_rss_gib": peak}
     if device.startswith("cuda"):
         row["peak_cuda_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -151,6 +206,11 @@ def main() -> int:
         weights=("weights", "first"), N=("N", "first"), D=("D", "first"), M=("M", "first"),
         forward_ms=("forward_ms", "median"), forward_equivalents=("forward_equivalents", "mean"),
         forward_equivalents_max=("forward_equivalents", "max"), products=("products", "mean"),
+        jvp_forward_equivalents=("jvp_forward_equivalents", "mean"),
+        vjp_forward_equivalents=("vjp_forward_equivalents", "mean"),
+        other_forward_equivalents=("other_forward_equivalents", "mean"),
+        min_budget_products=("min_budget_products", "first"),
+        min_budget_forward_equivalents=("min_budget_forward_equivalents", "mean"),
         **({"speedup_vs_dense": ("speedup_vs_dense", "mean"), "max_kappa_abs_error": ("kappa_abs", "max"),
             "max_erank_rel_error": ("erank_rel", "max"), "max_cv_rel_error": ("cv_rel", "max"),
             "max_r90_abs_error": ("r90_abs", "max")} if "speedup_vs_dense" in per_image else {})).reset_index()
