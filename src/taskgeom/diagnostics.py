@@ -32,10 +32,11 @@ min(M, N·D) products and everything is exact (κ_cap = 1 once r ≥ rank); no s
 r_0.90: from the Ritz values when no stochastic stage ran (an exact sketch);
 otherwise counted in g's Ritz density on the basis joined with the SLQ runs' vectors
 (``linalg.ritz_density``: the runs already computed their J-images, so it costs no products), which
-keeps the coupling between the basis and the residual. The pinched spectrum — Ritz values ⊕ the
-residual's quadrature nodes — drops it, and since g's spectrum majorizes the pinched one, its
-count can only come out high (+2 to +4 on the tiny DPT's shallow probes, where r_0.90 is 41–51;
-the Ritz density: −1 to +3). Beyond the basis's ℓ columns the deep tail is counted from the
+keeps the coupling between the basis and the residual, with the residual's energy calibrated to
+the runs' Hutchinson trace. The pinched spectrum — Ritz values ⊕ the residual's quadrature
+nodes — drops that coupling, and since g's spectrum majorizes the pinched one, its count can only
+come out high (+2 to +4 on the tiny DPT's shallow probes, where r_0.90 is 41–51; the calibrated
+Ritz density: −1 to +2, 3 images × 5 seeds). Beyond the basis's ℓ columns the deep tail is counted from the
 quadrature nodes (``_r90_from_density``). ``r90_source`` is ``"sketch"`` when the Ritz values
 alone reach 0.90, else ``"slq"``.
 """
@@ -202,7 +203,7 @@ def _tail_rounds(op: JacobianOperator, basis: Tensor, J_basis: Tensor, top: Tens
     k = max(q.krylov[0].shape[2] for q in rounds)             # rounds whose runs all closed early kept fewer
     pad = lambda x: torch.nn.functional.pad(x, (0, k - x.shape[2]))
     tail.krylov = tuple(torch.cat([pad(x) for x in parts]) for parts in zip(*(q.krylov for q in rounds)))
-    return tail, ritz_density(J_basis, tail, output_starts=side == "output")
+    return tail, ritz_density(J_basis, tail, output_starts=side == "output", residual_trace=tail.trace(lambda x: x))
 
 
 def _concat(parts: list[Quadrature]) -> Quadrature:
