@@ -5,11 +5,12 @@ architecture with seeded random weights) and each of the first --images test ima
 inputs when the world has not been rendered):
 
 - forward: median time of one forward of f at F;
-- diagnose: time of `diagnose(f, F)` at the defaults (r=20, num_probes=100, q=2), its products,
-  and time / forward = forward-equivalents; split into the time in JVP and VJP blocks (forward-
-  equivalents per product) and the rest; and min_budget_forward_equivalents, what the smallest
-  budget that runs the stochastic stage (the sketch plus one SLQ round, 152 products at the
-  defaults) costs at this image's measured per-product rate, a floor for any stopping rule;
+- diagnose: median time of --repeats runs of `diagnose(f, F)` at the defaults (r=20,
+  num_probes=100, q=2), its products, and time / forward = forward-equivalents; split into the
+  time in JVP and VJP blocks (forward-equivalents per product) and the rest; and
+  min_budget_forward_equivalents, what the smallest budget that runs the stochastic stage (the
+  sketch plus one SLQ round, 152 products at the defaults) costs at this image's measured
+  per-product rate, a floor for any stopping rule;
 - dense: time of `diagnose_exact` (jacrev + SVD) where min(M, N·D) ≤ --dense-max, the speedup
   dense / diagnose, and the errors of the matrix-free values against it.
 
@@ -17,7 +18,7 @@ inputs when the world has not been rendered):
 at block 10, with the process's peak resident memory. Results: results/benchmarks/diagnose_cost.{csv,md}
 (and diagnose_paper_scale.{csv,md}). All ratios come from timings taken in this one run.
 
-    python benchmarks/diagnose_cost.py [--images 3] [--paper-scale] [--device cpu]
+    python benchmarks/diagnose_cost.py [--images 3] [--repeats 3] [--paper-scale] [--device cpu]
 """
 
 from __future__ import annotations
@@ -94,27 +95,32 @@ _DEFAULTS = inspect.signature(diagnose).parameters
 ONE_SLQ_ROUND = 2 * _DEFAULTS["lanczos_steps"].default * _DEFAULTS["probes_per_round"].default  # products
 
 
-def timed_diagnose(probe: Probe, seed: int, sync=lambda: None):
+def timed_diagnose(probe: Probe, seed: int, sync=lambda: None, repeats: int = 1):
     """``diagnose(probe.f, probe.F, seed=seed)`` timed, with the seconds spent inside its JVP and
-    VJP blocks (its operator is swapped for one that clocks them)."""
-    spent = {"jvp": 0.0, "vjp": 0.0}
+    VJP blocks (its operator is swapped for one that clocks them). Of ``repeats`` identical runs
+    the one with the median time is kept, so that one stall of the machine does not set the cost."""
+    runs = []
+    for _ in range(repeats):
+        spent = {"jvp": 0.0, "vjp": 0.0}
 
-    def clocked(kind: str, product, X):
-        start = time.perf_counter()
-        out = product(X)
-        sync()
-        spent[kind] += time.perf_counter() - start
-        return out
+        def clocked(kind: str, product, X, spent=spent):
+            start = time.perf_counter()
+            out = product(X)
+            sync()
+            spent[kind] += time.perf_counter() - start
+            return out
 
-    class ClockedOperator(JacobianOperator):
-        def matvec(self, V):
-            return clocked("jvp", super().matvec, V)
+        class ClockedOperator(JacobianOperator):
+            def matvec(self, V):
+                return clocked("jvp", super().matvec, V)
 
-        def rmatvec(self, U):
-            return clocked("vjp", super().rmatvec, U)
+            def rmatvec(self, U):
+                return clocked("vjp", super().rmatvec, U)
 
-    with mock.patch.object(diagnostics, "JacobianOperator", ClockedOperator):
-        d, seconds = timed(lambda: diagnose(probe.f, probe.F, seed=seed), sync)
+        with mock.patch.object(diagnostics, "JacobianOperator", ClockedOperator):
+            d, seconds = timed(lambda: diagnose(probe.f, probe.F, seed=seed), sync)
+        runs.append((seconds, d, spent))
+    seconds, d, spent = sorted(runs, key=lambda run: run[0])[len(runs) // 2]
     return d, seconds, spent
 
 
@@ -130,13 +136,14 @@ def cost_columns(d, seconds: float, spent: dict, fwd: float) -> dict:
             "min_budget_products": min_products, "min_budget_forward_equivalents": min_products * per_product}
 
 
-def measure(name: str, pm: ProbeMap, images, dense_max: int, device: str, weights: str) -> list[dict]:
+def measure(name: str, pm: ProbeMap, images, dense_max: int, device: str, weights: str,
+            repeats: int) -> list[dict]:
     rows = []
     for i, image in enumerate(images):
         probe = pm.at(image.to(device))
         sync = sync_for(device)
         fwd = forward_seconds(probe, sync=sync)
-        d, seconds, spent = timed_diagnose(probe, i, sync)
+        d, seconds, spent = timed_diagnose(probe, i, sync, repeats)
         N, D = probe.F.shape
         M = int(probe.f(probe.F).numel())
         row = {"probe": name, "weights": weights, "image": i, "N": N, "D": D, "M": M,
@@ -187,6 +194,7 @@ def main() -> int:
     ap.add_argument("--images", type=int, default=3)
     ap.add_argument("--dense-max", type=int, default=4096, help="dense reference when min(M, N·D) ≤ this")
     ap.add_argument("--probes", nargs="*", help="probe names (default: all of params diagnose.probes)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of diagnose per image; the median is kept")
     ap.add_argument("--paper-scale", action="store_true")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--suffix", default="", help="appended to the output names, e.g. _gpu")
@@ -200,7 +208,8 @@ def main() -> int:
             continue
         host, weights = host_for(params, spec["model"], args.device)
         pm = ProbeMap(host, spec["decoder"], spec["layers"], "so3" if spec.get("output_metric") == "so3" else None)
-        rows += measure(name, pm, inputs_for(host, params, args.images), args.dense_max, args.device, weights)
+        rows += measure(name, pm, inputs_for(host, params, args.images), args.dense_max, args.device, weights,
+                        args.repeats)
     per_image = pd.DataFrame(rows)
     summary = per_image.groupby("probe", sort=False).agg(
         weights=("weights", "first"), N=("N", "first"), D=("D", "first"), M=("M", "first"),
