@@ -91,3 +91,16 @@ def test_bad_probes_are_rejected():
         ProbeMap(host, "cls")
     with pytest.raises(ValueError, match="outside 0..3"):
         ProbeMap(host, "depth", [4])
+
+
+@pytest.mark.parametrize("layers, runs", [(None, []), ([1], [2, 3, 4]), ([1, 3], [4])])
+def test_blocks_whose_output_is_overwritten_are_not_run(layers, runs):
+    torch.manual_seed(0)
+    host = build({**CONFIGS["dpt"], "depth": 5, "read_layers": [0, 1, 3, 4]}).double()
+    image = torch.randn(3, 32, 32, dtype=torch.float64)
+    probe = ProbeMap(host, "depth", layers).at(image)
+    expected = run_decoder(host, "depth", image.unsqueeze(0))[0].flatten()
+    ran, block = [], host.block
+    host.block = lambda i, h, ctx: ran.append(i) or block(i, h, ctx)
+    torch.testing.assert_close(probe.f(probe.F), expected, rtol=1e-10, atol=1e-10)
+    assert ran == runs      # block 2's output is not read, and the probed layer 3 replaces what it feeds

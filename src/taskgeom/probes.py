@@ -71,13 +71,17 @@ class ProbeMap:
         F = torch.cat([states[i][0] for i in layers], dim=0)
         tokens = states[layers[0]].shape[1]
         last = max(max(reads), layers[-1])
+        run = _blocks_to_run(layers, reads, last)
 
         def f(features: Tensor) -> Tensor:
             parts = features.unsqueeze(0).split(tokens, dim=1)
             read_states = dict(fixed)
             h = None
             for i in range(layers[0], last + 1):
-                h = parts[layers.index(i)] if i in layers else host.block(i, h, ctx)
+                if i in layers:
+                    h = parts[layers.index(i)]
+                elif i in run:
+                    h = host.block(i, h, ctx)
                 if i in reads:
                     read_states[i] = h
             y = host.decode(self.decoder, read_states, ctx)[0].flatten()
@@ -97,6 +101,17 @@ class ProbeMap:
         if callable(self.output_metric):
             return self.output_metric(y)
         return self.output_metric.to(y) @ y
+
+
+def _blocks_to_run(layers: tuple[int, ...], reads: tuple[int, ...], last: int) -> set[int]:
+    """The blocks between layers[0] and ``last`` whose output reaches the decoder: a block's output
+    is overwritten wherever the next layer is probed, so e.g. the decoder-input probe runs none.
+    Skipping the others changes no output, and their tangents cost nothing in a JVP."""
+    run: set[int] = set()
+    for i in range(last, layers[0], -1):
+        if i not in layers and (i in reads or i + 1 in run):
+            run.add(i)
+    return run
 
 
 def probe_map(host, decoder: str, layers: Sequence[int] | None = None,

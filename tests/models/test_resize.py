@@ -1,4 +1,5 @@
-"""resize_bilinear is F.interpolate's bilinear map, and stays cheap to differentiate under vmap."""
+"""resize_bilinear is F.interpolate's bilinear map, and stays cheap to differentiate under vmap;
+the DPT fusion block's projection commutes with it."""
 
 from __future__ import annotations
 
@@ -29,3 +30,15 @@ def test_its_jvp_under_vmap_is_the_resize_of_each_tangent():
     tangents = vmap(lambda v: jvp(resize, (x,), (v,))[1])(V)
     expected = F_.interpolate(V.flatten(0, 1), size=(8, 8), mode="bilinear", align_corners=True).reshape(5, 1, 3, 8, 8)
     torch.testing.assert_close(tangents, expected)
+
+
+def test_fusion_projects_before_upsampling_as_dpt_does_after():
+    """The 1×1 projection and the ×2 align_corners resize commute, bias included."""
+    from taskgeom.models.dpt import FusionBlock
+
+    torch.manual_seed(0)
+    block = FusionBlock(6).double()
+    coarse, skip = torch.randn(2, 6, 5, 7, dtype=torch.float64), torch.randn(2, 6, 5, 7, dtype=torch.float64)
+    x = block.out(coarse + block.skip(skip))
+    dpt_order = block.project(F_.interpolate(x, size=(10, 14), mode="bilinear", align_corners=True))
+    torch.testing.assert_close(block(coarse, skip), dpt_order, rtol=0, atol=1e-12)
