@@ -107,12 +107,13 @@ def test_diagnosis_fields_and_product_budget():
     torch.testing.assert_close(V.T @ V, torch.eye(20, dtype=DT), rtol=0, atol=1e-10)
     assert torch.all(d.sigma[:-1] >= d.sigma[1:]) and torch.all(d.kappa_curve[1:] >= d.kappa_curve[:-1])
     assert d.kappa_cap == float(d.kappa_curve[-1])
-    # block Krylov sketch (2q + 2)·b = 6·20 = 120; SLQ in rounds of 8 starts × 2s = 4 products (Radau)
-    assert d.budget["sketch"] == 120 and d.budget["slq"] > 0 and d.budget["slq"] % 32 == 0
+    # block Krylov sketch (2q + 2)·b = 6·20 = 120; SLQ in rounds of 8 starts × 2s = 4 products (Radau);
+    # 16 trace-only starts, one VJP each (M < N·D: the output side)
+    assert d.budget["sketch"] == 120 and d.budget["slq"] > 0 and d.budget["slq"] % 32 == 0 and d.budget["trace"] == 16
     assert d.products == d.jvps + d.vjps == sum(d.budget.values())
-    assert d.jvps == d.vjps                     # per Lanczos run: s products each way
-    cheap = diagnose(f, F, num_probes=8, power_iters=1, block=10, lanczos_steps=3)
-    assert cheap.budget == {"sketch": 4 * 10, "slq": 8 * 6}
+    assert d.vjps - d.jvps == 16                # per Lanczos run: s products each way
+    cheap = diagnose(f, F, num_probes=8, power_iters=1, block=10, lanczos_steps=3, trace_probes=4)
+    assert cheap.budget == {"sketch": 4 * 10, "slq": 8 * 6, "trace": 4}
 
 
 def test_adaptive_rounds_stop_early_on_decaying_spectra_and_respect_the_cap():

@@ -15,14 +15,20 @@ How ``diagnose`` spends its products (b = ``block``, default r; q = power_iters;
 2. Residual — stochastic Lanczos quadrature (Ubaru, Chen & Saad 2017) on the deflated operator
    (P g P, P = I − KKᵀ, run on the smaller of the input and output sides), in rounds of
    ``probes_per_round`` Rademacher starts × s steps, closed by a Gauss–Radau rule with a node at 0
-   (``linalg.lanczos``), 2s products per start. Each run gives a Hutchinson sample of the residual
-   trace (the rule is exact for x) and of tr(g log g). Rounds stop once the standard errors of
+   (``linalg.lanczos``), 2s products per start, plus ``trace_probes`` trace-only starts, one
+   product each (P Jᵀz, or J P z on the input side). Rounds stop once the standard errors of
    κ_cap (≤ kappa_atol) and of the entropy −Σ p log p (≤ entropy_atol nats) are small enough, or
    when ``num_probes`` starts (the paper's m) are spent.
-   - ‖J‖_F² = ‖J K‖_F² + (1/m) Σ_j (residual samples);
-   - tr(g log g) = Σ_i φ(ritz_i²) + SLQ of the residual -> erank.
-Defaults (r = 20, q = 2, s = 2, 8 starts per round): 120 + 32 = 152 products when one round
-suffices (decaying spectra), 32 more per further round on spread ones. Radau, not Gauss: x log x
+   - ‖J‖_F² = ‖J K‖_F² + the mean of the residual's samples: each run's Hutchinson sample with
+     the other runs' vectors projected out and their energy counted exactly (leave-one-out, the
+     exchangeable principle of XTrace; Epperly, Tropp & Webber 2024), and the trace-only starts'
+     deflated by all runs' vectors (``linalg.trace``). The runs' vectors hold the residual's
+     leading directions, which carry most of Hutchinson's variance: on the tiny DPT's spread
+     probes this cut the error of ‖J‖_F² from 0.46–0.54% to 0.27–0.32% (rms over 60 runs).
+   - tr(g log g) = Σ_i φ(ritz_i²) + SLQ of the residual, whose plain Hutchinson trace serves as a
+     ratio control variate for it -> erank.
+Defaults (r = 20, q = 2, s = 2, 8 starts per round, 16 trace-only starts): 120 + 32 + 16 = 168
+products when one round suffices, 32 more per further round. Radau, not Gauss: x log x
 has positive even derivatives, so a Gauss rule under-estimates tr(g log g) and erank comes out high
 (10–12% on the tiny DPT's layer-1 and decoder-input probes with three Gauss nodes); the Radau rule
 errs the other way and by less (within 3% there, with two steps). Runs stop early when every Lanczos run
@@ -33,11 +39,12 @@ r_0.90: from the Ritz values when no stochastic stage ran (an exact sketch);
 otherwise counted in g's Ritz density on the basis joined with the SLQ runs' vectors
 (``linalg.ritz_density``: the runs already computed their J-images, so it costs no products), which
 keeps the coupling between the basis and the residual, with the residual's energy calibrated to
-the runs' Hutchinson trace. The pinched spectrum — Ritz values ⊕ the residual's quadrature
+the residual trace above. The pinched spectrum — Ritz values ⊕ the residual's quadrature
 nodes — drops that coupling, and since g's spectrum majorizes the pinched one, its count can only
-come out high (+2 to +4 on the tiny DPT's shallow probes, where r_0.90 is 41–51; the calibrated
-Ritz density: mean error within ±0.1 over 60 runs, 82–93% of them within ±1, the rest the trace
-estimate's noise). Beyond the basis's ℓ columns the deep tail is counted from the
+come out high (+2 to +4 on the tiny DPT's shallow probes, where r_0.90 is 34–51). Near r_0.90 there
+each eigenvalue holds about 0.4% of ‖J‖_F², so the trace's error moves the count: within ±1 in
+95–100% of 60 runs with the deflated trace above, 87–88% with plain Hutchinson samples (dense
+float32 references, 3 images × 20 seeds). Beyond the basis's ℓ columns the deep tail is counted from the
 quadrature nodes (``_r90_from_density``). ``r90_source`` is ``"sketch"`` when the Ritz values
 alone reach 0.90, else ``"slq"``.
 """
@@ -59,9 +66,10 @@ from .linalg.sketch import cv as coefficient_of_variation
 from .linalg.sketch import kappa_curve as cumulative_capture
 from .linalg.sketch import r90 as first_reaching
 from .linalg.sketch import block_krylov_svd, token_energy
-from .linalg.trace import rademacher
+from .linalg.trace import deflated_residuals, leave_one_out_residuals, rademacher
 
 R90_LEVEL = 0.90
+LOO_POOL = 16  # runs whose vectors deflate the trace samples (linalg.leave_one_out_residuals)
 AUTO_TOL, AUTO_MAX_ITERS = 1e-3, 15  # power_iters="auto": the paper raises q until the subspace settles
 
 
@@ -161,29 +169,45 @@ def _r90_from_density(ritz2: Tensor, tail: Quadrature | None, density: Quadratur
 def diagnose(f: Callable[[Tensor], Tensor], F: Tensor, r: int = 20, num_probes: int = 100,
              power_iters: int | str = 2, seed: int = 0, *, block: int | None = None, lanczos_steps: int = 2,
              probes_per_round: int = 8, kappa_atol: float = 0.005, entropy_atol: float = 0.02,
-             linearize: bool = False) -> Diagnosis:
+             trace_probes: int = 16, linearize: bool = False) -> Diagnosis:
     """Matrix-free diagnostic of f: (N, D) -> (M,) at F (N, D); see the module docstring for the
-    product budget. Seeds: the sketch draws from ``seed``, the SLQ starts from ``seed + 1``.
+    product budget. Seeds: the sketch draws from ``seed``, the SLQ and trace-only starts from ``seed + 1``.
     ``power_iters="auto"``: add Krylov rounds until the top-r subspace moves by less than 1e-3
     (at most 15; the chosen q is ``Diagnosis.power_iters``)."""
     op = JacobianOperator(f, F, linearize=linearize)
     return diagnose_operator(op, r=r, num_probes=num_probes, power_iters=power_iters, seed=seed, block=block,
                              lanczos_steps=lanczos_steps, probes_per_round=probes_per_round,
-                             kappa_atol=kappa_atol, entropy_atol=entropy_atol)
+                             kappa_atol=kappa_atol, entropy_atol=entropy_atol, trace_probes=trace_probes)
 
 
 def _tail_rounds(op: JacobianOperator, basis: Tensor, J_basis: Tensor, top: Tensor, r: int, num_probes: int,
-                 steps: int, per_round: int, seed: int, kappa_atol: float,
-                 entropy_atol: float) -> tuple[Quadrature, Quadrature]:
-    """SLQ on P g P in rounds of ``per_round`` starts until the standard errors of κ_cap(r) and of
-    the entropy −Σ p log p (nats) fall below ``kappa_atol`` and ``entropy_atol``, or ``num_probes``
-    starts are spent. ``top`` (ℓ,): the sketch's Ritz values σ̂², the exact part of both traces.
-    Returns the residual's quadrature and, from the same runs, g's Ritz density (for r_0.90)."""
+                 steps: int, per_round: int, trace_probes: int, seed: int, kappa_atol: float,
+                 entropy_atol: float) -> tuple[Quadrature, float, float, Quadrature]:
+    """The stochastic stage on the residual P g P (P = I − QQᵀ, Q = ``basis``, J Q = ``J_basis``;
+    ``top`` (ℓ,): the sketch's Ritz values σ̂², the exact part of both traces).
+
+    ``trace_probes`` trace-only starts (one product each) and SLQ rounds of ``per_round`` starts
+    until the standard errors of κ_cap(r) and of the entropy −Σ p log p (nats) fall below
+    ``kappa_atol`` and ``entropy_atol``, or ``num_probes`` starts are spent.
+    - tr(P g P): the mean of the runs' leave-one-out samples and of the trace-only starts' samples,
+      both deflated by the runs' vectors (``linalg.trace``; an equal-weight mean, since weights
+      from estimated variances favour the low samples of a positive quantity).
+    - tr(P g log g P): the runs' SLQ with their Hutchinson trace as a ratio control variate: a
+      run's x log x and x samples move together, so what the sharper trace knows of the
+      residual's scale carries over.
+    Returns the runs' quadrature, tr(P g P), tr(P g log g P) and g's Ritz density (for r_0.90)."""
     T0, G0 = float(top.sum()), float(xlogx(top).sum())
     kappa_r = float(top[:r].sum()) / T0 if T0 > 0 else 0.0   # an upper bound on κ_cap(r) is enough
     scale = float(top[0]) if top.numel() else None
     side = smaller_side(op)
-    Z = rademacher(op.out_dim if side == "output" else op.in_dim, num_probes, seed, op.dtype, op.device)
+    Z = rademacher(op.out_dim if side == "output" else op.in_dim, num_probes + trace_probes, seed, op.dtype, op.device)
+    Z, Zt = Z[:, :num_probes], Z[:, num_probes:]             # Lanczos starts, trace-only starts
+    if side == "output":                                     # P Jᵀ z: one VJP each
+        S, JS = op.rmm(Zt), None
+        S = S - basis @ (basis.T @ S)
+    else:                                                    # P z and J P z: one JVP each
+        S = Zt - basis @ (basis.T @ Zt)
+        JS = op.mm(S)
     rounds: list[Quadrature] = []
     used = 0
     while used < num_probes:
@@ -192,38 +216,45 @@ def _tail_rounds(op: JacobianOperator, basis: Tensor, J_basis: Tensor, top: Tens
                                          keep_vectors=True))
         used += k
         tail = _concat(rounds)
-        t = (tail.weights * tail.nodes).sum(1)                 # per-start samples of tr(PgP)
-        g = (tail.weights * xlogx(tail.nodes)).sum(1)          # … and of tr(PgP log PgP)
-        T, G = T0 + float(t.mean()), G0 + float(g.mean())
-        if used < 2 or T <= 0:
+        plain = (tail.weights * tail.nodes).sum(1)             # the runs' Hutchinson samples of tr(PgP)
+        pool = tuple(x[:LOO_POOL] for x in tail.krylov)         # the runs whose vectors deflate the samples
+        samples = torch.cat([leave_one_out_residuals(*tail.krylov, tail.norms, side == "output", LOO_POOL),
+                             deflated_residuals(*pool, S, JS)])
+        T, var_T = T0 + float(samples.mean()), float(samples.var()) / samples.numel() if samples.numel() > 1 else math.inf
+        g = (tail.weights * xlogx(tail.nodes)).sum(1)          # samples of tr(PgP log PgP)
+        beta = float(g.mean() / plain.mean()) if float(plain.mean()) > 0 else 0.0
+        g = g - beta * (plain - (T - T0))
+        G = G0 + float(g.mean())
+        if used < 2 or T <= 0 or not math.isfinite(var_T):
             continue
-        h = (1 / T + G / T ** 2) * t - g / T                    # delta method for H = log T − G/T
-        se = lambda x: float(x.std() / used ** 0.5)
-        if kappa_r * se(t) / T <= kappa_atol and se(h) <= entropy_atol:  # SE(κ) = κ·SE(T)/T
+        # H = log T − G/T: the error T's carries, plus g's own once the control variate took T's out
+        se_H = math.sqrt((1 / T + G / T ** 2 - beta / T) ** 2 * var_T + float(g.var()) / used / T ** 2)
+        if kappa_r * math.sqrt(var_T) / T <= kappa_atol and se_H <= entropy_atol:   # SE(κ) = κ·SE(T)/T
             break
-    k = max(q.krylov[0].shape[2] for q in rounds)             # rounds whose runs all closed early kept fewer
-    pad = lambda x: torch.nn.functional.pad(x, (0, k - x.shape[2]))
-    tail.krylov = tuple(torch.cat([pad(x) for x in parts]) for parts in zip(*(q.krylov for q in rounds)))
-    return tail, ritz_density(J_basis, tail, output_starts=side == "output", residual_trace=tail.trace(lambda x: x))
+    density = ritz_density(J_basis, tail, output_starts=side == "output", residual_trace=T - T0)
+    return tail, T - T0, float(g.mean()), density
 
 
 def _concat(parts: list[Quadrature]) -> Quadrature:
-    """The runs of several quadratures as one (rules padded with zero-weight nodes; Krylov vectors
-    are left out, start norms kept)."""
+    """The runs of several quadratures as one (rules padded with zero-weight nodes, Krylov vectors
+    with zero columns where a round's runs all closed early)."""
     s = max(q.nodes.shape[1] for q in parts)
-    pad = lambda x: torch.nn.functional.pad(x, (0, s - x.shape[1]))
+    pad = lambda x, n: torch.nn.functional.pad(x, (0, n - x.shape[-1]))
     gauss = _concat([q.gauss for q in parts]) if all(q.gauss is not None for q in parts) else None
-    out = Quadrature(nodes=torch.cat([pad(q.nodes) for q in parts]), weights=torch.cat([pad(q.weights) for q in parts]),
+    out = Quadrature(nodes=torch.cat([pad(q.nodes, s) for q in parts]), weights=torch.cat([pad(q.weights, s) for q in parts]),
                      products=sum(q.products for q in parts), gauss=gauss)
     if all(q.norms is not None for q in parts):
         out.norms = torch.cat([q.norms for q in parts])
+    if all(q.krylov is not None for q in parts):
+        k = max(q.krylov[0].shape[2] for q in parts)
+        out.krylov = tuple(torch.cat([pad(x, k) for x in xs]) for xs in zip(*(q.krylov for q in parts)))
     return out
 
 
 def diagnose_operator(op: JacobianOperator, r: int = 20, num_probes: int = 100, power_iters: int | str = 2,
                       seed: int = 0, *, block: int | None = None, lanczos_steps: int = 2,
                       probes_per_round: int = 8, kappa_atol: float = 0.005,
-                      entropy_atol: float = 0.02) -> Diagnosis:
+                      entropy_atol: float = 0.02, trace_probes: int = 16) -> Diagnosis:
     """``diagnose`` on an existing JacobianOperator (its counters keep running)."""
     N, D = op.in_shape
     jvps0, vjps0 = op.jvps, op.vjps
@@ -236,11 +267,14 @@ def diagnose_operator(op: JacobianOperator, r: int = 20, num_probes: int = 100, 
     ritz2 = sk.ritz.pow(2)
     frob2, glogg = float(ritz2.sum()), float(xlogx(ritz2).sum())
     tail = density = None
+    traced = 0
     if not sk.exact and num_probes > 0 and lanczos_steps > 0:
-        tail, density = _tail_rounds(op, sk.Q, sk.JQ, ritz2, r, num_probes, lanczos_steps, probes_per_round,
-                                     seed + 1, kappa_atol, entropy_atol)
-        frob2 += tail.trace(lambda x: x)      # Hutch++ residual: (1/m) Σ ‖J P z_j‖²
-        glogg += tail.trace(xlogx)
+        tail, residual, residual_glogg, density = _tail_rounds(
+            op, sk.Q, sk.JQ, ritz2, r, num_probes, lanczos_steps, probes_per_round, trace_probes, seed + 1,
+            kappa_atol, entropy_atol)
+        frob2 += residual
+        glogg += residual_glogg
+        traced = trace_probes
     erank = math.exp(entropy_from_traces(frob2, glogg)) if frob2 > 0 else 0.0
     r90, source = _r90_from_density(ritz2, tail, density, frob2)
     if sk.exact:
@@ -248,7 +282,7 @@ def diagnose_operator(op: JacobianOperator, r: int = 20, num_probes: int = 100, 
     out = _summaries(sk.sigma, sk.V, frob2, N, D)
     return Diagnosis(frob2=frob2, erank=erank, r90=r90, products=op.products - jvps0 - vjps0,
                      jvps=op.jvps - jvps0, vjps=op.vjps - vjps0, r90_source=source, exact=sk.exact,
-                     power_iters=sk.power_iters, budget={"sketch": sk.products, "slq": tail.products if tail else 0},
+                     power_iters=sk.power_iters, budget={"sketch": sk.products, "slq": tail.products if tail else 0, "trace": traced},
                      **out)
 
 

@@ -5,6 +5,10 @@ Hutch++ (Meyer, Musco, Musco & Woodruff 2021): tr g = tr(Qᵀ g Q) + tr(P g P), 
 first term is exact (‖J Q‖_F²), Hutchinson only sees the residual, whose variance is far smaller
 when Q holds the dominant directions. Here Q is *given* — the power-iteration basis — so κ_cap's
 numerator (Σ_{i≤r} σ_i² from that sketch) and denominator share one sketch.
+Leave-one-out (the exchangeable principle of XTrace, Epperly, Tropp & Webber 2024): the Lanczos
+runs on the residual computed J-images of vectors that lean towards its leading directions, so
+each sample can count the energy of the *other* runs' vectors exactly and sample only what they
+leave — unbiased, since those vectors do not depend on the sample's own start.
 """
 
 from __future__ import annotations
@@ -69,3 +73,116 @@ def hutchpp(op: JacobianOperator, basis: Tensor, num_probes: int, seed: int = 0,
     samples = op.mm(Z).pow(2).sum(0)
     mean, err = _mean_and_stderr(samples)
     return TraceEstimate(exact + mean, exact, mean, err, num_probes, op.products - start)
+
+
+def leave_one_out_residuals(X: Tensor, JX: Tensor, norms: Tensor, output_starts: bool, pool: int = 16) -> Tensor:
+    """Per-run samples of tr(P g P) that each project out the *other* runs' vectors (the
+    exchangeable principle of XTrace, Epperly, Tropp & Webber 2024): no products, less variance.
+
+    X (m, n, k): run j's input-side vectors in P's range, J X (m, M, k) their images, norms (m,)
+    such that run j's start is s_j = norms[j] · X[j, :, 0] — P z_j (input side, then J s_j is
+    norms[j] · JX[j, :, 0]) or P Jᵀ z_j (``output_starts``), z_j Rademacher.
+    Sample j = ‖J W_j‖_F² + (Hutchinson on P_j g P_j, P_j = P − W_j W_jᵀ), W_j an orthonormal
+    basis of the other runs' vectors: input side ‖J P_j z_j‖², output side ‖P_j Jᵀ z_j‖². W_j
+    does not depend on z_j, so every sample is unbiased, and the energy the other runs' vectors
+    hold (the residual's leading directions, which carry most of Hutchinson's variance) is counted
+    exactly instead of sampled. With one run this is plain Hutchinson. Runs after the first
+    ``pool`` are deflated by the pool's vectors (``deflated_residuals``), which bounds the cost
+    once the runs are many. Returns (m,).
+
+    All m samples come from one inverse B = (XᵀX)⁻¹: the projector onto the others' span is
+    Π − X B[:, j] B[j, j]⁻¹ B[j, :] Xᵀ (Π onto all of them; j's k columns as one block), so the
+    distance of s_j from that span is ‖s_j‖ (B[j, j]⁻¹)₀₀^½ and its image J X B[:, j] B[j, j]⁻¹ e₀.
+    """
+    m, n, k = X.shape
+    if m > pool:
+        rest = norms[pool:] * X[pool:, :, 0].T                 # the later runs' starts, (n, m − pool)
+        J_rest = None if output_starts else norms[pool:] * JX[pool:, :, 0].T
+        return torch.cat([leave_one_out_residuals(X[:pool], JX[:pool], norms[:pool], output_starts, pool),
+                          deflated_residuals(X[:pool], JX[:pool], rest, J_rest)])
+    if m == 1:
+        first = (X if output_starts else JX)[0, :, 0]
+        return (norms.pow(2) * first.pow(2).sum()).reshape(1)
+    Y, JY, c = _orthonormal_runs(X.double(), JX.double(), norms.double())
+    Yf, JYf = Y.transpose(0, 1).reshape(n, m * k), JY.transpose(0, 1).reshape(JY.shape[1], m * k)
+    A, H = Yf.T @ Yf, JYf.T @ JYf                              # run j: rows/columns j·k … j·k + k − 1
+    live = Yf.norm(dim=0) > 0
+    A = torch.where(live[:, None] & live[None, :], A, torch.eye(m * k, dtype=A.dtype, device=A.device))
+    if float(torch.linalg.eigvalsh(A)[0]) < 1e-8:              # the runs' spans meet: no block inverse
+        return _leave_one_out_by_bases(A, H, c, k, output_starts).to(X.dtype)
+    B = torch.linalg.inv(A)
+    blocks = [slice(j * k, (j + 1) * k) for j in range(m)]
+    Bcol = torch.stack([B[:, b] for b in blocks])             # (m, m·k, k) = B[:, j]
+    inv_jj = torch.linalg.inv(torch.stack([B[b, b] for b in blocks]))   # (m, k, k) = B[j, j]⁻¹
+    # ‖J W_j‖² = tr(Π_j g) = tr(B H) − tr(B[j, j]⁻¹ B[j, :] H B[:, j])
+    energy = torch.einsum("ij,ji->", B, H) - torch.einsum("mab,mib,ic,mca->m", inv_jj, Bcol, H, Bcol)
+    if output_starts:                                         # ‖P_j u‖² = ‖u‖² (B[j, j]⁻¹)₀₀
+        residual = c.pow(2) * inv_jj[:, 0, 0]
+    else:                                                     # ‖J (Π − Π_j) s‖², (Π − Π_j) s = c Y B[:, j] B[j, j]⁻¹ e₀
+        y = torch.einsum("mib,mb->mi", Bcol, inv_jj[:, :, 0])
+        residual = c.pow(2) * torch.einsum("mi,ij,mj->m", y, H, y)
+    return (energy + residual.clamp_min(0)).to(X.dtype)
+
+
+def _orthonormal_runs(X: Tensor, JX: Tensor, norms: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Each run's vectors (m, n, k) made orthonormal in order (Gram–Schmidt, twice), with their
+    images; a vector within rounding of its run's earlier ones becomes 0 (a closing Krylov space).
+    The first keeps its direction, so start j is c[j] · Y[j, :, 0] with c = norms · ‖X[:, :, 0]‖."""
+    Y, JY = X.clone(), JX.clone()
+    ref = X[:, :, 0].norm(dim=1, keepdim=True)
+    for i in range(X.shape[2]):
+        for _ in range(2):
+            for p in range(i):
+                coef = (Y[:, :, p] * Y[:, :, i]).sum(1, keepdim=True)
+                Y[:, :, i] -= coef * Y[:, :, p]
+                JY[:, :, i] -= coef * JY[:, :, p]
+        size = Y[:, :, i].norm(dim=1, keepdim=True)
+        ok = size > 1e-10 * ref
+        Y[:, :, i] = torch.where(ok, Y[:, :, i] / torch.where(ok, size, torch.ones_like(size)), torch.zeros_like(size))
+        JY[:, :, i] = torch.where(ok, JY[:, :, i] / torch.where(ok, size, torch.ones_like(size)), torch.zeros_like(size))
+    return Y, JY, norms * ref[:, 0]
+
+
+def _leave_one_out_by_bases(A: Tensor, H: Tensor, c: Tensor, k: int, output_starts: bool) -> Tensor:
+    """``leave_one_out_residuals`` one run at a time, from an orthonormal basis of the others'
+    span (their Gram matrix A's eigenvectors above rounding): for runs whose spans meet."""
+    m = c.numel()
+    samples = []
+    for j in range(m):
+        others = torch.cat([torch.arange(0, j * k), torch.arange((j + 1) * k, m * k)]).to(A.device)
+        d, E = torch.linalg.eigh(A[others][:, others])
+        keep = d > 1e-10 * float(d.max())
+        C = E[:, keep] * d[keep].rsqrt()                      # W_j = Y_others C
+        a = c[j] * (C.T @ A[others, j * k])                   # W_jᵀ s_j
+        HW = C.T @ H[others][:, others] @ C
+        if output_starts:
+            residual = c[j] ** 2 - a @ a
+        else:
+            residual = c[j] ** 2 * H[j * k, j * k] - 2 * c[j] * (a @ (C.T @ H[others, j * k])) + a @ HW @ a
+        samples.append(torch.diagonal(HW).sum() + residual.clamp_min(0))
+    return torch.stack(samples)
+
+
+def deflated_residuals(X: Tensor, JX: Tensor, S: Tensor, JS: Tensor | None) -> Tensor:
+    """Hutch++ samples of tr(P g P) from extra starts, deflated by the Lanczos runs' vectors.
+
+    X (m, n, k), J X (m, M, k): the runs' input-side vectors in P's range and their images (as in
+    ``leave_one_out_residuals``); S (n, p): P z_i for input-side starts, with J S (M, p), or
+    P Jᵀ z_i for output-side starts (``JS=None``), z_i Rademacher and independent of the runs.
+    Sample i = ‖J W‖_F² + ‖J (P − W Wᵀ) z_i‖² (input) or ‖(P − W Wᵀ) Jᵀ z_i‖² (output), W an
+    orthonormal basis of all runs' vectors: one product per sample, and the runs' leading
+    residual directions are counted exactly. Returns (p,).
+    """
+    m, n, k = X.shape
+    Xf = X.transpose(0, 1).reshape(n, m * k)
+    JXf = JX.transpose(0, 1).reshape(JX.shape[1], m * k)
+    d, E = torch.linalg.eigh(Xf.T @ Xf)
+    keep = d > 1e-10 * float(d.max().clamp_min(1e-300))
+    C = E[:, keep] * d[keep].rsqrt()                            # W = X C, orthonormal
+    JW = JXf @ C
+    a = C.T @ (Xf.T @ S)                                        # Wᵀ s_i, (K, p)
+    if JS is None:
+        residual = S.pow(2).sum(0) - a.pow(2).sum(0)
+    else:
+        residual = (JS - JW @ a).pow(2).sum(0)
+    return JW.pow(2).sum() + residual.clamp_min(0)
