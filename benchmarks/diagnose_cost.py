@@ -4,12 +4,12 @@ For each probe (the trained zoo checkpoint when `data/zoo/<model>` exists, else 
 architecture with seeded random weights) and each of the first --images test images (or random
 inputs when the world has not been rendered):
 
-- forward: median time of one forward of f at F;
+- forward: median time of one forward of f at F, taken around every diagnose run;
 - diagnose: median time of --repeats runs of `diagnose(f, F)` at the defaults (r=20,
   num_probes=100, q=2), its products, and time / forward = forward-equivalents; split into the
   time in JVP and VJP blocks (forward-equivalents per product) and the rest; and
   min_budget_forward_equivalents, what the smallest budget that runs the stochastic stage (the
-  sketch plus one SLQ round, 152 products at the defaults) costs at this image's measured
+  sketch, one SLQ round and the trace-only starts, 168 products at the defaults) costs at this image's measured
   per-product rate, a floor for any stopping rule;
 - dense: time of `diagnose_exact` (jacrev + SVD) where min(M, N·D) ≤ --dense-max, the speedup
   dense / diagnose, and the errors of the matrix-free values against it.
@@ -93,13 +93,16 @@ def timed(fn, sync=lambda: None):
 
 _DEFAULTS = inspect.signature(diagnose).parameters
 ONE_SLQ_ROUND = 2 * _DEFAULTS["lanczos_steps"].default * _DEFAULTS["probes_per_round"].default  # products
+TRACE_ONLY = _DEFAULTS["trace_probes"].default
 
 
 def timed_diagnose(probe: Probe, seed: int, sync=lambda: None, repeats: int = 1):
     """``diagnose(probe.f, probe.F, seed=seed)`` timed, with the seconds spent inside its JVP and
     VJP blocks (its operator is swapped for one that clocks them). Of ``repeats`` identical runs
-    the one with the median time is kept, so that one stall of the machine does not set the cost."""
-    runs = []
+    the one with the median time is kept, so that one stall of the machine does not set the cost.
+    The forward is timed before every run and after the last, and the median of those is the unit:
+    this machine's speed drifts by a quarter within minutes, and a unit taken once drifts with it."""
+    runs, forwards = [], [forward_seconds(probe, sync=sync)]
     for _ in range(repeats):
         spent = {"jvp": 0.0, "vjp": 0.0}
 
@@ -120,15 +123,16 @@ def timed_diagnose(probe: Probe, seed: int, sync=lambda: None, repeats: int = 1)
         with mock.patch.object(diagnostics, "JacobianOperator", ClockedOperator):
             d, seconds = timed(lambda: diagnose(probe.f, probe.F, seed=seed), sync)
         runs.append((seconds, d, spent))
+        forwards.append(forward_seconds(probe, sync=sync))
     seconds, d, spent = sorted(runs, key=lambda run: run[0])[len(runs) // 2]
-    return d, seconds, spent
+    return d, seconds, spent, float(np.median(forwards))
 
 
 def cost_columns(d, seconds: float, spent: dict, fwd: float) -> dict:
     """Forward-equivalents in total, per product, outside the products, and at the smallest budget
     that runs the stochastic stage (see the module docstring)."""
     per_product = (spent["jvp"] + spent["vjp"]) / fwd / max(d.products, 1)
-    min_products = d.budget.get("sketch", 0) + ONE_SLQ_ROUND if d.budget.get("slq", 0) else d.products
+    min_products = d.budget.get("sketch", 0) + ONE_SLQ_ROUND + TRACE_ONLY if d.budget.get("slq", 0) else d.products
     return {"forward_equivalents": seconds / fwd,
             "jvp_forward_equivalents": spent["jvp"] / fwd / max(d.jvps, 1),
             "vjp_forward_equivalents": spent["vjp"] / fwd / max(d.vjps, 1),
@@ -142,8 +146,7 @@ def measure(name: str, pm: ProbeMap, images, dense_max: int, device: str, weight
     for i, image in enumerate(images):
         probe = pm.at(image.to(device))
         sync = sync_for(device)
-        fwd = forward_seconds(probe, sync=sync)
-        d, seconds, spent = timed_diagnose(probe, i, sync, repeats)
+        d, seconds, spent, fwd = timed_diagnose(probe, i, sync, repeats)
         N, D = probe.F.shape
         M = int(probe.f(probe.F).numel())
         row = {"probe": name, "weights": weights, "image": i, "N": N, "D": D, "M": M,
@@ -169,8 +172,7 @@ def paper_scale(device: str) -> dict:
     image = torch.randn(3, 224, 224, generator=torch.Generator().manual_seed(0)).to(device)
     probe = pm.at(image)
     sync = sync_for(device)
-    fwd = forward_seconds(probe, repeats=3, sync=sync)
-    d, seconds, spent = timed_diagnose(probe, 0, sync)
+    d, seconds, spent, fwd = timed_diagnose(probe, 0, sync)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (Linux)
     row = {"probe": "dinov2-b14 (random weights) cls @ block 10, 224 px", "N": probe.F.shape[0],
            "D": probe.F.shape[1], "M": int(probe.f(probe.F).numel()), "forward_ms": 1e3 * fwd,

@@ -180,6 +180,45 @@ def test_leave_one_out_and_deflated_trace_samples_are_unbiased_and_sharper_than_
                                (one.weights * one.nodes).sum(1), rtol=1e-9, atol=0)
 
 
+@pytest.mark.parametrize("output_starts", [False, True])
+def test_leave_one_out_samples_equal_explicit_projections_even_when_the_runs_spans_meet(output_starts):
+    """The block-inverse formulas against bases built run by run; a vector that repeats its run's
+    first (a closing Krylov space), a run that repeats another (spans that meet: the per-run path)
+    and a zero vector (a closed run) included."""
+    g = torch.Generator().manual_seed(0)
+    n, m, k = 50, 6, 2
+    J = torch.randn(40, n, generator=g, dtype=DT)
+    X = torch.randn(m, n, k, generator=g, dtype=DT)
+    norms = torch.rand(m, generator=g, dtype=DT) + 0.5
+    X[2, :, 1] = 0
+
+    def explicit(X):
+        out = []
+        for j in range(m):
+            others = torch.cat([X[i] for i in range(m) if i != j], 1)
+            U, S, _ = torch.linalg.svd(others, full_matrices=False)
+            W = U[:, S > 1e-10 * S[0]]
+            s = norms[j] * X[j, :, 0]
+            left = s @ s - (W.T @ s).pow(2).sum() if output_starts else (J @ (s - W @ (W.T @ s))).pow(2).sum()
+            out.append((J @ W).pow(2).sum() + left)
+        return torch.stack(out)
+
+    for case in ("independent", "dependent"):
+        if case == "dependent":
+            X[1, :, 1] = 2 * X[1, :, 0]
+            X[4] = X[3]
+        JX = torch.einsum("Mn,mnk->mMk", J, X)
+        torch.testing.assert_close(leave_one_out_residuals(X, JX, norms, output_starts), explicit(X),
+                                   rtol=1e-10, atol=1e-9)
+    S = torch.randn(n, 3, generator=g, dtype=DT)              # extra starts, deflated by all runs
+    W = torch.linalg.svd(torch.cat(list(X), 1), full_matrices=False)
+    W = W.U[:, W.S > 1e-10 * W.S[0]]
+    want = (J @ W).pow(2).sum() + ((S.pow(2).sum(0) - (W.T @ S).pow(2).sum(0)) if output_starts
+                                   else (J @ (S - W @ (W.T @ S))).pow(2).sum(0))
+    got = deflated_residuals(X, JX, S, None if output_starts else J @ S)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-9)
+
+
 # -- SLQ -------------------------------------------------------------------------------------
 
 def exact_erank(sigma):

@@ -174,15 +174,16 @@ def deflated_residuals(X: Tensor, JX: Tensor, S: Tensor, JS: Tensor | None) -> T
     residual directions are counted exactly. Returns (p,).
     """
     m, n, k = X.shape
-    Xf = X.transpose(0, 1).reshape(n, m * k)
-    JXf = JX.transpose(0, 1).reshape(JX.shape[1], m * k)
-    d, E = torch.linalg.eigh(Xf.T @ Xf)
+    Y, JY, _ = _orthonormal_runs(X.double(), JX.double(), torch.ones(m, dtype=torch.float64, device=X.device))
+    Yf, JYf = Y.transpose(0, 1).reshape(n, m * k), JY.transpose(0, 1).reshape(JY.shape[1], m * k)
+    d, E = torch.linalg.eigh(Yf.T @ Yf)                         # float64, unit columns: a Gram rounding cannot fake
     keep = d > 1e-10 * float(d.max().clamp_min(1e-300))
-    C = E[:, keep] * d[keep].rsqrt()                            # W = X C, orthonormal
-    JW = JXf @ C
-    a = C.T @ (Xf.T @ S)                                        # Wᵀ s_i, (K, p)
+    C = E[:, keep] * d[keep].rsqrt()                            # W = Y C, orthonormal
+    JW = JYf @ C
+    S = S.double()
+    a = C.T @ (Yf.T @ S)                                        # Wᵀ s_i, (K, p)
     if JS is None:
         residual = S.pow(2).sum(0) - a.pow(2).sum(0)
     else:
-        residual = (JS - JW @ a).pow(2).sum(0)
-    return JW.pow(2).sum() + residual.clamp_min(0)
+        residual = (JS.double() - JW @ a).pow(2).sum(0)
+    return (JW.pow(2).sum() + residual.clamp_min(0)).to(X.dtype)
