@@ -15,8 +15,8 @@ How ``diagnose`` spends its products (b = ``block``, default r; q = power_iters;
 2. Residual — stochastic Lanczos quadrature (Ubaru, Chen & Saad 2017) on the deflated operator
    (P g P, P = I − KKᵀ, run on the smaller of the input and output sides), in rounds of
    ``probes_per_round`` Rademacher starts × s steps, closed by a Gauss–Radau rule with a node at 0
-   (``linalg.lanczos``), 2s products per start, plus ``trace_probes`` trace-only starts, one
-   product each (P Jᵀz, or J P z on the input side). Rounds stop once the standard errors of
+   (``linalg.lanczos``), 2s products per start, plus ``trace_probes`` trace-only starts, one VJP
+   each (P Jᵀz). Rounds stop once the standard errors of
    κ_cap (≤ kappa_atol) and of the entropy −Σ p log p (≤ entropy_atol nats) are small enough, or
    when ``num_probes`` starts (the paper's m) are spent.
    - ‖J‖_F² = ‖J K‖_F² + the mean of the residual's samples: each run's Hutchinson sample with
@@ -24,7 +24,7 @@ How ``diagnose`` spends its products (b = ``block``, default r; q = power_iters;
      exchangeable principle of XTrace; Epperly, Tropp & Webber 2024), and the trace-only starts'
      deflated by all runs' vectors (``linalg.trace``). The runs' vectors hold the residual's
      leading directions, which carry most of Hutchinson's variance: on the tiny DPT's spread
-     probes this cut the error of ‖J‖_F² from 0.46–0.54% to 0.27–0.32% (rms over 60 runs).
+     probes this cut the error of ‖J‖_F² from 0.59–0.61% to 0.26–0.30% (rms over 120 runs).
    - tr(g log g) = Σ_i φ(ritz_i²) + SLQ of the residual, whose plain Hutchinson trace serves as a
      ratio control variate for it -> erank.
 Defaults (r = 20, q = 2, s = 2, 8 starts per round, 16 trace-only starts): 120 + 32 + 16 = 168
@@ -43,8 +43,9 @@ the residual trace above. The pinched spectrum — Ritz values ⊕ the residual'
 nodes — drops that coupling, and since g's spectrum majorizes the pinched one, its count can only
 come out high (+2 to +4 on the tiny DPT's shallow probes, where r_0.90 is 34–51). Near r_0.90 there
 each eigenvalue holds about 0.4% of ‖J‖_F², so the trace's error moves the count: within ±1 in
-95–100% of 60 runs with the deflated trace above, 87–88% with plain Hutchinson samples (dense
-float32 references, 3 images × 20 seeds). Beyond the basis's ℓ columns the deep tail is counted from the
+92–97% of 120 runs with the deflated trace above, 78–79% with plain Hutchinson samples (dense
+float32 references, 3 images × 40 seeds); what is left out is mostly the density's own bias on
+some images (+0.8 on one, −0.5 on another, their mean error at exact ‖J‖_F²). Beyond the basis's ℓ columns the deep tail is counted from the
 quadrature nodes (``_r90_from_density``). ``r90_source`` is ``"sketch"`` when the Ritz values
 alone reach 0.90, else ``"slq"``.
 """
@@ -200,14 +201,13 @@ def _tail_rounds(op: JacobianOperator, basis: Tensor, J_basis: Tensor, top: Tens
     kappa_r = float(top[:r].sum()) / T0 if T0 > 0 else 0.0   # an upper bound on κ_cap(r) is enough
     scale = float(top[0]) if top.numel() else None
     side = smaller_side(op)
-    Z = rademacher(op.out_dim if side == "output" else op.in_dim, num_probes + trace_probes, seed, op.dtype, op.device)
-    Z, Zt = Z[:, :num_probes], Z[:, num_probes:]             # Lanczos starts, trace-only starts
-    if side == "output":                                     # P Jᵀ z: one VJP each
-        S, JS = op.rmm(Zt), None
-        S = S - basis @ (basis.T @ S)
-    else:                                                    # P z and J P z: one JVP each
-        S = Zt - basis @ (basis.T @ Zt)
-        JS = op.mm(S)
+    n = op.out_dim if side == "output" else op.in_dim
+    draws = rademacher(n * num_probes + op.out_dim * trace_probes, 1, seed, op.dtype, op.device).flatten()
+    Z = draws[:n * num_probes].reshape(n, num_probes)        # Lanczos starts
+    # trace-only starts on the output side whatever side the runs take: P Jᵀ z costs one VJP,
+    # the cheaper product, and its samples spread as input-side ones (the same nonzero spectrum)
+    S = op.rmm(draws[n * num_probes:].reshape(op.out_dim, trace_probes))
+    S = S - basis @ (basis.T @ S)
     rounds: list[Quadrature] = []
     used = 0
     while used < num_probes:
@@ -219,7 +219,7 @@ def _tail_rounds(op: JacobianOperator, basis: Tensor, J_basis: Tensor, top: Tens
         plain = (tail.weights * tail.nodes).sum(1)             # the runs' Hutchinson samples of tr(PgP)
         pool = tuple(x[:LOO_POOL] for x in tail.krylov)         # the runs whose vectors deflate the samples
         samples = torch.cat([leave_one_out_residuals(*tail.krylov, tail.norms, side == "output", LOO_POOL),
-                             deflated_residuals(*pool, S, JS)])
+                             deflated_residuals(*pool, S)])
         T, var_T = T0 + float(samples.mean()), float(samples.var()) / samples.numel() if samples.numel() > 1 else math.inf
         g = (tail.weights * xlogx(tail.nodes)).sum(1)          # samples of tr(PgP log PgP)
         beta = float(g.mean() / plain.mean()) if float(plain.mean()) > 0 else 0.0

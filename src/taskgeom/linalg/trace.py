@@ -96,10 +96,10 @@ def leave_one_out_residuals(X: Tensor, JX: Tensor, norms: Tensor, output_starts:
     """
     m, n, k = X.shape
     if m > pool:
-        rest = norms[pool:] * X[pool:, :, 0].T                 # the later runs' starts, (n, m − pool)
-        J_rest = None if output_starts else norms[pool:] * JX[pool:, :, 0].T
+        later = norms[pool:] * X[pool:, :, 0].T                # the later runs' starts, (n, m − pool)
+        J_later = None if output_starts else norms[pool:] * JX[pool:, :, 0].T
         return torch.cat([leave_one_out_residuals(X[:pool], JX[:pool], norms[:pool], output_starts, pool),
-                          deflated_residuals(X[:pool], JX[:pool], rest, J_rest)])
+                          deflated_residuals(X[:pool], JX[:pool], later, J_later)])
     if m == 1:
         first = (X if output_starts else JX)[0, :, 0]
         return (norms.pow(2) * first.pow(2).sum()).reshape(1)
@@ -163,15 +163,15 @@ def _leave_one_out_by_bases(A: Tensor, H: Tensor, c: Tensor, k: int, output_star
     return torch.stack(samples)
 
 
-def deflated_residuals(X: Tensor, JX: Tensor, S: Tensor, JS: Tensor | None) -> Tensor:
+def deflated_residuals(X: Tensor, JX: Tensor, S: Tensor, JS: Tensor | None = None) -> Tensor:
     """Hutch++ samples of tr(P g P) from extra starts, deflated by the Lanczos runs' vectors.
 
     X (m, n, k), J X (m, M, k): the runs' input-side vectors in P's range and their images (as in
-    ``leave_one_out_residuals``); S (n, p): P z_i for input-side starts, with J S (M, p), or
-    P Jᵀ z_i for output-side starts (``JS=None``), z_i Rademacher and independent of the runs.
-    Sample i = ‖J W‖_F² + ‖J (P − W Wᵀ) z_i‖² (input) or ‖(P − W Wᵀ) Jᵀ z_i‖² (output), W an
-    orthonormal basis of all runs' vectors: one product per sample, and the runs' leading
-    residual directions are counted exactly. Returns (p,).
+    ``leave_one_out_residuals``, from runs on either side); S (n, p) = P Jᵀ z_i for output-side
+    starts, or P z_i for input-side ones with J S (M, p), z_i Rademacher and independent of the
+    runs. Sample i = ‖J W‖_F² + ‖(P − W Wᵀ) Jᵀ z_i‖² or ‖J (P − W Wᵀ) z_i‖², W an orthonormal
+    basis of the runs' vectors: one product per sample, and the runs' leading residual directions
+    are counted exactly. Returns (p,).
     """
     m, n, k = X.shape
     Y, JY, _ = _orthonormal_runs(X.double(), JX.double(), torch.ones(m, dtype=torch.float64, device=X.device))
