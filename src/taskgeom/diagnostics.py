@@ -44,8 +44,8 @@ nodes — drops that coupling, and since g's spectrum majorizes the pinched one,
 come out high (+2 to +4 on the tiny DPT's shallow probes, where r_0.90 is 34–51). Near r_0.90 there
 each eigenvalue holds about 0.4% of ‖J‖_F², so the trace's error moves the count: within ±1 in
 92–97% of 120 runs with the deflated trace above, 78–79% with plain Hutchinson samples (dense
-float32 references, 3 images × 40 seeds); what is left out is mostly the density's own bias on
-some images (+0.8 on one, −0.5 on another, their mean error at exact ‖J‖_F²). Beyond the basis's ℓ columns the deep tail is counted from the
+float32 references, 3 images × 40 seeds); most of what is left is the density's own error, which
+differs by image: one decoder-input image counts +1 even where ‖J‖_F² is within 0.1%. Beyond the basis's ℓ columns the deep tail is counted from the
 quadrature nodes (``_r90_from_density``). ``r90_source`` is ``"sketch"`` when the Ritz values
 alone reach 0.90, else ``"slq"``.
 """
