@@ -1,4 +1,5 @@
-"""Trace of the pullback metric, tr g = ‖J‖_F² (DESIGN.md, "Definitions"), from JVPs only.
+"""Trace of the pullback metric, tr g = ‖J‖_F² (DESIGN.md, "Definitions"), from Jacobian products
+only: JVPs for input-side starts, VJPs for output-side ones.
 
 Hutchinson (1989): tr g = E_z zᵀ g z = E_z ‖J z‖², z Rademacher.
 Hutch++ (Meyer, Musco, Musco & Woodruff 2021): tr g = tr(Qᵀ g Q) + tr(P g P), P = I − QQᵀ; the
