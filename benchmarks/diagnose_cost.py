@@ -9,8 +9,8 @@ inputs when the world has not been rendered):
   num_probes=100, q=2), its products, and time / forward = forward-equivalents; split into the
   time in JVP and VJP blocks (forward-equivalents per product) and the rest; and
   min_budget_forward_equivalents, what the smallest budget that runs the stochastic stage (the
-  sketch, one SLQ round and the trace-only starts, 168 products at the defaults) costs at this image's measured
-  per-product rate, a floor for any stopping rule;
+  sketch, one SLQ round and the trace-only starts, 168 products at the defaults) costs at this
+  image's measured per-product rate, a floor for any stopping rule;
 - dense: time of `diagnose_exact` (jacrev + SVD) where min(M, N·D) ≤ --dense-max, the speedup
   dense / diagnose, and the errors of the matrix-free values against it.
 

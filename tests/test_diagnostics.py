@@ -111,7 +111,7 @@ def test_diagnosis_fields_and_product_budget():
     # 16 trace-only starts, one VJP each (M < N·D: the output side)
     assert d.budget["sketch"] == 120 and d.budget["slq"] > 0 and d.budget["slq"] % 32 == 0 and d.budget["trace"] == 16
     assert d.products == d.jvps + d.vjps == sum(d.budget.values())
-    assert d.vjps - d.jvps == 16                # per Lanczos run: s products each way
+    assert d.vjps - d.jvps == 16                # the runs spend s each way; the trace-only starts are VJPs
     cheap = diagnose(f, F, num_probes=8, power_iters=1, block=10, lanczos_steps=3, trace_probes=4)
     assert cheap.budget == {"sketch": 4 * 10, "slq": 8 * 6, "trace": 4}
 

@@ -45,9 +45,9 @@ come out high (+2 to +4 on the tiny DPT's shallow probes, where r_0.90 is 34–5
 each eigenvalue holds about 0.4% of ‖J‖_F², so the trace's error moves the count: within ±1 in
 92–97% of 120 runs with the deflated trace above, 78–79% with plain Hutchinson samples (dense
 float32 references, 3 images × 40 seeds); most of what is left is the density's own error, which
-differs by image: one decoder-input image counts +1 even where ‖J‖_F² is within 0.1%. Beyond the basis's ℓ columns the deep tail is counted from the
-quadrature nodes (``_r90_from_density``). ``r90_source`` is ``"sketch"`` when the Ritz values
-alone reach 0.90, else ``"slq"``.
+differs by image: one decoder-input image counts +1 even where ‖J‖_F² is within 0.1%. Beyond the
+basis's ℓ columns the deep tail is counted from the quadrature nodes (``_r90_from_density``).
+``r90_source`` is ``"sketch"`` when the Ritz values alone reach 0.90, else ``"slq"``.
 """
 
 from __future__ import annotations
