@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .linalg.deflate import project_out
 from .linalg.dense import dense_jacobian
 from .linalg.lanczos import Quadrature, entropy_from_traces, lanczos_quadrature, smaller_side, xlogx
 from .linalg.operator import JacobianOperator
@@ -207,7 +208,7 @@ def _tail_rounds(op: JacobianOperator, basis: Tensor, J_basis: Tensor, top: Tens
     # trace-only starts on the output side whatever side the runs take: P Jᵀ z costs one VJP,
     # the cheaper product, and its samples spread as input-side ones (the same nonzero spectrum)
     S = op.rmm(draws[n * num_probes:].reshape(op.out_dim, trace_probes))
-    S = S - basis @ (basis.T @ S)
+    S = project_out(basis, S)
     rounds: list[Quadrature] = []
     used = 0
     while used < num_probes:

@@ -10,7 +10,7 @@ import torch
 
 from taskgeom.linalg import (JacobianOperator, adaptive_power_iters, block_krylov_svd, xlogx, cv, deflated_residuals,
                              exact_spectrum, hutchinson, hutchpp, kappa_curve, lanczos_quadrature,
-                             leave_one_out_residuals, r90, rademacher, randomized_svd, ritz_density, slq_erank,
+                             leave_one_out_residuals, project_out, r90, rademacher, randomized_svd, ritz_density, slq_erank,
                              subspace_alignment, token_energy)
 from taskgeom.diagnostics import _count_to_090
 
@@ -392,6 +392,15 @@ def test_slq_stops_when_the_krylov_space_closes():
     sk = randomized_svd(JacobianOperator(f, F), 3, oversample=2, power_iters=1)
     exact_part = slq_erank(JacobianOperator(f, F), 4, 10, basis=sk.Q, J_basis=sk.JQ)
     assert exact_part.erank == pytest.approx(3.0, rel=1e-8)  # zero tail: p log p → 0 handled
+
+
+def test_project_out_is_the_orthogonal_projection_for_any_layout():
+    Q = torch.linalg.qr(torch.randn(50, 6, dtype=DT)).Q
+    P = torch.eye(50, dtype=DT) - Q @ Q.T
+    for X in (torch.randn(50, 8, dtype=DT), torch.randn(8, 50, dtype=DT).T):   # contiguous and transposed
+        Y = project_out(Q, X)
+        torch.testing.assert_close(Y, P @ X)
+        assert float((Q.T @ Y).abs().max()) < 1e-12
 
 
 # -- summaries -------------------------------------------------------------------------------

@@ -7,9 +7,11 @@ trace     Hutchinson and Hutch++ (Meyer et al. 2021) for tr g = ‖J‖_F², and
           deflate each start by the others' vectors (XTrace's principle)
 lanczos   stochastic Lanczos quadrature for the effective rank (Ubaru, Chen & Saad 2017)
 ritz_density  g's spectral density by Rayleigh–Ritz on the sketch's basis joined with Lanczos runs
+deflate   (I − QQᵀ) X, the projection every stage deflates by
 dense     the dense Jacobian and its exact SVD, the reference for tests
 """
 
+from .deflate import project_out
 from .dense import dense_jacobian, exact_spectrum
 from .lanczos import (Quadrature, SLQResult, entropy_from_traces, lanczos_quadrature, slq_erank, smaller_side,
                       xlogx)
@@ -20,7 +22,7 @@ from .sketch import (Sketch, adaptive_power_iters, block_krylov_svd, cv, exact_s
 from .trace import TraceEstimate, deflated_residuals, hutchinson, hutchpp, leave_one_out_residuals, rademacher
 
 __all__ = [
-    "JacobianOperator", "dense_jacobian", "exact_spectrum",
+    "JacobianOperator", "dense_jacobian", "exact_spectrum", "project_out",
     "Sketch", "exact_sketch", "randomized_svd", "randomized_svd_path", "adaptive_power_iters", "block_krylov_svd",
     "TraceEstimate", "hutchinson", "hutchpp", "rademacher", "leave_one_out_residuals", "deflated_residuals",
     "Quadrature", "SLQResult", "lanczos_quadrature", "slq_erank", "smaller_side", "entropy_from_traces", "xlogx",

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .deflate import project_out
 from .operator import JacobianOperator
 from .trace import rademacher
 
@@ -93,7 +94,7 @@ def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: 
     start_products = op.products
 
     def project(X: Tensor) -> Tensor:
-        return X if basis is None else X - basis @ (basis.T @ X)
+        return X if basis is None else project_out(basis, X)
 
     if side == "input":
         half, half_t, Z = (lambda v: op.mm(project(v))), (lambda h: project(op.rmm(h))), project(starts)

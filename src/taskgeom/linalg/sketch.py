@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .deflate import project_out
 from .operator import JacobianOperator
 
 
@@ -199,9 +200,9 @@ def block_krylov_svd(op: JacobianOperator, r: int, block: int | None = None, pow
             break
         W = op.rmm(images[-1])                         # g × the newest block
         for _ in range(2):                             # block Gram–Schmidt against K, twice
-            W = W - K @ (K.T @ W)
+            W = project_out(K, W)
         Z = _orth(W)
-        Z = _orth(Z - K @ (K.T @ Z))                   # a closing Krylov space leaves W ≈ 0
+        Z = _orth(project_out(K, Z))                   # a closing Krylov space leaves W ≈ 0
         blocks.append(Z)
         images.append(op.mm(Z))
         if tol is not None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .deflate import project_out
 from .operator import JacobianOperator
 
 
@@ -70,7 +71,7 @@ def hutchpp(op: JacobianOperator, basis: Tensor, num_probes: int, seed: int = 0,
     JQ = op.mm(basis) if J_basis is None else J_basis
     exact = float(JQ.pow(2).sum())
     Z = rademacher(op.in_dim, num_probes, seed, op.dtype, op.device)
-    Z = Z - basis @ (basis.T @ Z)                                     # project out the sketch
+    Z = project_out(basis, Z)                                         # project out the sketch
     samples = op.mm(Z).pow(2).sum(0)
     mean, err = _mean_and_stderr(samples)
     return TraceEstimate(exact + mean, exact, mean, err, num_probes, op.products - start)
