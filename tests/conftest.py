@@ -33,6 +33,19 @@ def run(cmd: list[str] | str, cwd: Path, check: bool = True, timeout: float = 60
     return proc
 
 
+def run_together(cmds: list[list[str]], cwd: Path, timeout: float = 600) -> list[subprocess.CompletedProcess]:
+    """``run`` for commands that only read the repository, side by side."""
+    procs = [subprocess.Popen(cmd, cwd=cwd, env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for cmd in cmds]
+    done = []
+    for cmd, proc in zip(cmds, procs):
+        out, err = proc.communicate(timeout=timeout)
+        if proc.returncode != 0:
+            raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{out[-4000:]}\n{err[-6000:]}")
+        done.append(subprocess.CompletedProcess(cmd, proc.returncode, out, err))
+    return done
+
+
 def copy_repo(dest: Path, profile: str = "smoke") -> Path:
     """The repository's files (tracked and new, not ignored) in a fresh git repo at ``dest``."""
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,

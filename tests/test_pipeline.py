@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import run, tool_env
+from conftest import run, run_together, tool_env
 import taskgeom
 from taskgeom import provenance
 from taskgeom.report.tables import read_table
@@ -143,7 +143,7 @@ PERTURB = {  # one change under each params key a stage declares, and the stages
     "zoo.tiny-cls": (lambda p: p["zoo"]["tiny-cls"].update(lr=p["zoo"]["tiny-cls"]["lr"] * 2), {"zoo@tiny-cls"}),
     "zoo.tiny-mv": (lambda p: p["zoo"]["tiny-mv"].update(steps=p["zoo"]["tiny-mv"]["steps"] + 1), {"zoo@tiny-mv"}),
     "zoo.models": (lambda p: p["zoo"]["models"].reverse(), {"zoo-table"}),
-    "device": (lambda p: p.update(device="cpu"), {"zoo@tiny-cls", "zoo@tiny-dpt", "zoo@tiny-mv", *PROBES, "vae@mv-depth",
+    "device": (lambda p: p.update(device="auto"), {"zoo@tiny-cls", "zoo@tiny-dpt", "zoo@tiny-mv", *PROBES, "vae@mv-depth",
                                                   *TARGETS, *HEADS, *SPNS, *PRUNE_CLS, *PRUNE_DENSE, *PRUNE_SPEED,
                                                   *RETRIEVAL}),
     "profile": (lambda p: p.update(profile="default"), {"report"}),
@@ -184,10 +184,11 @@ def stages_reading_changed_params(repo: Path) -> tuple[set[str], set[str], set[s
     """(DVC's, Snakemake's) stages whose parameters changed, in DVC's stage names, and the
     Snakemake jobs that rerun because an input is newer: Snakemake names only that reason for
     them, even when their own parameters changed too."""
-    dvc = {s.split(":")[-1] for s in json.loads(run(["dvc", "status", "--json"], repo).stdout)}
+    status, dry_run = run_together([["dvc", "status", "--json"], ["snakemake", "-n"]], repo)
+    dvc = {s.split(":")[-1] for s in json.loads(status.stdout)}
     smk: set[str] = set()
     downstream: set[str] = set()
-    for block in re.split(r"\n(?=(?:local)?rule )", run(["snakemake", "-n"], repo).stdout):
+    for block in re.split(r"\n(?=(?:local)?rule )", dry_run.stdout):
         lines = block.strip().splitlines()
         rule = next((l.split()[1].rstrip(":") for l in lines if l.startswith(("rule ", "localrule "))), None)
         reason = next((l for l in lines if l.startswith("    reason: ")), "")
@@ -396,8 +397,10 @@ def test_killed_stages_leave_no_half_written_file_and_resume_to_the_same_result(
     (repo_copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     reference = tmp_path / "reference"
     shutil.copytree(repo_copy, reference)
-    run(["taskgeom", "fetch"], reference)
-    run(["taskgeom", "zoo", "--model", "tiny-dpt"], reference)
+    # the uninterrupted run, on the other core while this one is killed and resumed
+    with open(tmp_path / "uninterrupted.log", "w") as err:
+        uninterrupted = subprocess.Popen("taskgeom fetch && taskgeom zoo --model tiny-dpt", shell=True,
+                                         cwd=reference, env=tool_env(), stdout=subprocess.DEVNULL, stderr=err)
 
     partial = repo_copy / "data/world/.partial/train.h5"
     fetch = subprocess.Popen(["taskgeom", "fetch"], cwd=repo_copy, env=tool_env(),
@@ -407,11 +410,6 @@ def test_killed_stages_leave_no_half_written_file_and_resume_to_the_same_result(
     log = run(["taskgeom", "fetch"], repo_copy).stderr
     # HDF5 keeps no journal: a kill can also leave the partial file damaged, and then it starts over
     assert "train: resuming at scene" in log or "train.h5: the partial file is damaged" in log, log
-    for split in ("train", "test", "mv_train"):
-        with h5py.File(reference / f"data/world/{split}.h5") as a, h5py.File(repo_copy / f"data/world/{split}.h5") as b:
-            np.testing.assert_array_equal(a["r64/rgb"][:], b["r64/rgb"][:])
-            np.testing.assert_array_equal(a["r64/depth"][:], b["r64/depth"][:])
-        assert (reference / f"data/world/{split}.h5").read_bytes() == (repo_copy / f"data/world/{split}.h5").read_bytes()
 
     state = repo_copy / "data/zoo/tiny-dpt/.partial/train_state.safetensors"
     zoo = subprocess.Popen(["taskgeom", "zoo", "--model", "tiny-dpt"], cwd=repo_copy, env=tool_env(),
@@ -420,5 +418,12 @@ def test_killed_stages_leave_no_half_written_file_and_resume_to_the_same_result(
     assert not (repo_copy / "data/zoo/tiny-dpt/model.safetensors").exists()
     log = run(["taskgeom", "zoo", "--model", "tiny-dpt"], repo_copy).stderr
     assert "resuming at step" in log
+
+    assert uninterrupted.wait(timeout=600) == 0, (tmp_path / "uninterrupted.log").read_text()[-4000:]
+    for split in ("train", "test", "mv_train"):
+        with h5py.File(reference / f"data/world/{split}.h5") as a, h5py.File(repo_copy / f"data/world/{split}.h5") as b:
+            np.testing.assert_array_equal(a["r64/rgb"][:], b["r64/rgb"][:])
+            np.testing.assert_array_equal(a["r64/depth"][:], b["r64/depth"][:])
+        assert (reference / f"data/world/{split}.h5").read_bytes() == (repo_copy / f"data/world/{split}.h5").read_bytes()
     for rel in ("data/zoo/tiny-dpt/model.safetensors", "results/zoo/tiny-dpt.json", "results/zoo/tiny-dpt_curve.csv"):
         assert (reference / rel).read_bytes() == (repo_copy / rel).read_bytes(), rel

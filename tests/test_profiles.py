@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
+import pytest
 import yaml
 
 from conftest import REPO
 from taskgeom import config
 from taskgeom.dag import snakemake_rule
+from taskgeom.runtime import THREAD_VARIABLES
 from taskgeom.stages import STAGES
 
 SLURM = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
@@ -40,3 +46,15 @@ def test_slurm_profile_places_every_job_and_sends_the_gpu_stages_to_a_gpu_partit
 def test_local_profile_uses_every_core_and_runs_gpu_stages_one_at_a_time():
     assert LOCAL["cores"] == "all" and LOCAL["resources"]["gpu"] == 1
     assert "executor" not in LOCAL
+
+
+@pytest.mark.parametrize("exported, expected", [(None, 1), ("2", 2)])
+def test_a_stage_runs_on_its_declared_threads_unless_snakemake_exports_others(exported, expected):
+    """DVC exports no thread count, and torch would take every core; Snakemake exports its
+    ``threads`` (or ``--set-threads``) as OMP_NUM_THREADS."""
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    if exported:
+        env["OMP_NUM_THREADS"] = exported
+    code = "from taskgeom.runtime import use_threads; use_threads(1); import torch; print(torch.get_num_threads())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert int(out) == expected

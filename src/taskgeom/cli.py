@@ -56,8 +56,9 @@ def setup_logging(log_file: str | None) -> logging.Logger:
 
 
 def run_stage(stage: Stage, args: argparse.Namespace) -> int:
-    from .runtime import StageContext, resolve_device
+    from .runtime import StageContext, resolve_device, use_threads
 
+    threads = use_threads(stage.threads)  # before anything imports torch
     log = setup_logging(args.log)
     params = config.load(args.params)
     value = getattr(args, stage.wildcard) if stage.wildcard else None
@@ -71,7 +72,7 @@ def run_stage(stage: Stage, args: argparse.Namespace) -> int:
     ctx = StageContext(stage.name, inputs, outputs, config.select(params, keys), value, device, log)
     module, func = stage.runner.split(":")
     start = time.perf_counter()
-    log.info("stage %s%s on %s", stage.name, f" [{value}]" if value else "", device)
+    log.info("stage %s%s on %s, %d thread(s)", stage.name, f" [{value}]" if value else "", device, threads)
     getattr(importlib.import_module(module), func)(ctx)
     if absent := [str(p) for p in outputs.values() if not p.exists()]:
         raise RuntimeError(f"stage {stage.name} finished without writing: {', '.join(absent)}")

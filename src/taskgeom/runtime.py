@@ -52,6 +52,23 @@ def resolve_device(name: str) -> str:
     return name
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def use_threads(declared: int) -> int:
+    """Run on the threads a stage declares. Snakemake exports OMP_NUM_THREADS for each job (its
+    ``threads``, or ``--set-threads``); DVC exports nothing, and torch would then take every core.
+    Training and reductions depend on the thread count in their last bits, so without this
+    ``dvc repro`` and Snakemake would write different bytes on any machine whose core count is
+    not the declared one."""
+    threads = int(os.environ.get("OMP_NUM_THREADS") or declared)
+    for name in THREAD_VARIABLES:
+        os.environ.setdefault(name, str(threads))
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    return threads
+
+
 def machine(device: str) -> str:
     import torch
 

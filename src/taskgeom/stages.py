@@ -45,7 +45,7 @@ class Stage:
     wildcard: str | None = None          # e.g. "model"
     foreach: str | None = None           # params key of the wildcard's values (a list, or a mapping if keyed)
     keyed: bool = False                  # foreach is a mapping; templates may use {wildcard.field}
-    threads: int = 1
+    threads: int = 1                     # CPU threads it runs with (runtime.use_threads)
     mem_mb: int = 2000
     runtime: int = 10                    # minutes, for cluster schedulers
     gpu: bool = False                    # benefits from a GPU (device: auto uses one)
@@ -135,7 +135,7 @@ STAGES: tuple[Stage, ...] = (
               f"{PKG}/models/adapters.py", f"{PKG}/evaluate/tasks.py", f"{PKG}/data/splits.py", f"{PKG}/data/hdf5.py"),
         wildcard="model",
         foreach="zoo.models",
-        threads=2,
+        threads=1,
         mem_mb=6000,
         runtime=60,
         gpu=True,
@@ -164,7 +164,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="probe",
         foreach="diagnose.probes",
         keyed=True,
-        threads=2,
+        threads=1,
         mem_mb=8000,
         runtime=60,
         gpu=True,
@@ -199,7 +199,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="vae",
         foreach="vae",
         keyed=True,
-        threads=2,
+        threads=1,
         mem_mb=6000,
         runtime=60,
         gpu=True,
@@ -218,7 +218,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="probe",
         foreach="learn.probes",
         keyed=True,
-        threads=2,
+        threads=1,
         mem_mb=8000,
         runtime=120,
         gpu=True,
@@ -236,7 +236,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="probe",
         foreach="learn.spn",
         keyed=True,
-        threads=2,
+        threads=1,
         runtime=60,
         gpu=True,
     ),
@@ -253,7 +253,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="head",
         foreach="learn.heads",
         keyed=True,
-        threads=2,
+        threads=1,
         runtime=60,
         gpu=True,
     ),
@@ -291,7 +291,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="cls",
         foreach="prune.cls",
         keyed=True,
-        threads=2,
+        threads=1,
         runtime=60,
     ),
     Stage(
@@ -311,7 +311,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="dense",
         foreach="prune.dense",
         keyed=True,
-        threads=2,
+        threads=1,
         runtime=60,
     ),
     Stage(
@@ -330,7 +330,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="dense",
         foreach="prune.dense",
         keyed=True,
-        threads=2,
+        threads=2,                       # timings: a 2-core machine to itself
         runtime=60,
         gpu=True,
     ),
@@ -372,7 +372,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="retrieval",
         foreach="retrieval",
         keyed=True,
-        threads=2,
+        threads=1,
         runtime=60,
     ),
     Stage(
