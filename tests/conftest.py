@@ -28,21 +28,24 @@ def run(cmd: list[str] | str, cwd: Path, check: bool = True, timeout: float = 60
     """Run a command in ``cwd``; on failure show its output in the test report."""
     proc = subprocess.run(cmd, cwd=cwd, env=tool_env(), capture_output=True, text=True, timeout=timeout,
                           shell=isinstance(cmd, str), **kw)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    if check:
+        succeeded(proc)
     return proc
+
+
+def succeeded(proc: subprocess.CompletedProcess) -> None:
+    if proc.returncode != 0:
+        raise AssertionError(f"{proc.args} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
 
 
 def run_together(cmds: list[list[str]], cwd: Path, timeout: float = 600) -> list[subprocess.CompletedProcess]:
     """``run`` for commands that only read the repository, side by side."""
     procs = [subprocess.Popen(cmd, cwd=cwd, env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for cmd in cmds]
-    done = []
-    for cmd, proc in zip(cmds, procs):
-        out, err = proc.communicate(timeout=timeout)
-        if proc.returncode != 0:
-            raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{out[-4000:]}\n{err[-6000:]}")
-        done.append(subprocess.CompletedProcess(cmd, proc.returncode, out, err))
+    outputs = [proc.communicate(timeout=timeout) for proc in procs]
+    done = [subprocess.CompletedProcess(proc.args, proc.returncode, *out) for proc, out in zip(procs, outputs)]
+    for proc in done:
+        succeeded(proc)
     return done
 
 

@@ -62,10 +62,8 @@ def use_threads(declared: int) -> int:
     ``dvc repro`` and Snakemake would write different bytes on any machine whose core count is
     not the declared one."""
     threads = int(os.environ.get("OMP_NUM_THREADS") or declared)
-    for name in THREAD_VARIABLES:
+    for name in THREAD_VARIABLES:  # read by torch and the BLAS libraries when they load
         os.environ.setdefault(name, str(threads))
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(threads)
     return threads
 
 
