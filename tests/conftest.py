@@ -42,7 +42,12 @@ def run_together(cmds: list[list[str]], cwd: Path, timeout: float = 600) -> list
     """``run`` for commands that only read the repository, side by side."""
     procs = [subprocess.Popen(cmd, cwd=cwd, env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for cmd in cmds]
-    outputs = [proc.communicate(timeout=timeout) for proc in procs]
+    try:
+        outputs = [proc.communicate(timeout=timeout) for proc in procs]
+    finally:
+        for proc in procs:  # one timed out: the others stop too
+            if proc.poll() is None:
+                proc.kill()
     done = [subprocess.CompletedProcess(proc.args, proc.returncode, *out) for proc, out in zip(procs, outputs)]
     for proc in done:
         succeeded(proc)

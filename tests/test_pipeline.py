@@ -5,6 +5,7 @@ resume cleanly, and artifacts round-trip through a DVC remote."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -389,6 +390,26 @@ def kill_when(proc: subprocess.Popen, ready, timeout: float = 120) -> bool:
     return False
 
 
+def interrupt_and_resume(repo: Path) -> None:
+    """Kill fetch and zoo@tiny-dpt mid-write in ``repo``; each rerun resumes from what was left."""
+    partial = repo / "data/world/.partial/train.h5"
+    fetch = subprocess.Popen(["taskgeom", "fetch"], cwd=repo, env=tool_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert kill_when(fetch, lambda: partial.exists() and partial.stat().st_size > 200_000)
+    assert not (repo / "data/world/train.h5").exists()
+    log = run(["taskgeom", "fetch"], repo).stderr
+    # HDF5 keeps no journal: a kill can also leave the partial file damaged, and then it starts over
+    assert "train: resuming at scene" in log or "train.h5: the partial file is damaged" in log, log
+
+    state = repo / "data/zoo/tiny-dpt/.partial/train_state.safetensors"
+    zoo = subprocess.Popen(["taskgeom", "zoo", "--model", "tiny-dpt"], cwd=repo, env=tool_env(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert kill_when(zoo, state.exists)
+    assert not (repo / "data/zoo/tiny-dpt/model.safetensors").exists()
+    log = run(["taskgeom", "zoo", "--model", "tiny-dpt"], repo).stderr
+    assert "resuming at step" in log
+
+
 def test_killed_stages_leave_no_half_written_file_and_resume_to_the_same_result(repo_copy: Path, tmp_path: Path):
     params = yaml.safe_load((repo_copy / "params.yaml").read_text())
     params["world"]["splits"]["train"] = 600
@@ -400,26 +421,15 @@ def test_killed_stages_leave_no_half_written_file_and_resume_to_the_same_result(
     # the uninterrupted run, on the other core while this one is killed and resumed
     with open(tmp_path / "uninterrupted.log", "w") as err:
         uninterrupted = subprocess.Popen("taskgeom fetch && taskgeom zoo --model tiny-dpt", shell=True,
-                                         cwd=reference, env=tool_env(), stdout=subprocess.DEVNULL, stderr=err)
-
-    partial = repo_copy / "data/world/.partial/train.h5"
-    fetch = subprocess.Popen(["taskgeom", "fetch"], cwd=repo_copy, env=tool_env(),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert kill_when(fetch, lambda: partial.exists() and partial.stat().st_size > 200_000)
-    assert not (repo_copy / "data/world/train.h5").exists()
-    log = run(["taskgeom", "fetch"], repo_copy).stderr
-    # HDF5 keeps no journal: a kill can also leave the partial file damaged, and then it starts over
-    assert "train: resuming at scene" in log or "train.h5: the partial file is damaged" in log, log
-
-    state = repo_copy / "data/zoo/tiny-dpt/.partial/train_state.safetensors"
-    zoo = subprocess.Popen(["taskgeom", "zoo", "--model", "tiny-dpt"], cwd=repo_copy, env=tool_env(),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert kill_when(zoo, state.exists)
-    assert not (repo_copy / "data/zoo/tiny-dpt/model.safetensors").exists()
-    log = run(["taskgeom", "zoo", "--model", "tiny-dpt"], repo_copy).stderr
-    assert "resuming at step" in log
-
-    assert uninterrupted.wait(timeout=600) == 0, (tmp_path / "uninterrupted.log").read_text()[-4000:]
+                                         cwd=reference, env=tool_env(), stdout=subprocess.DEVNULL, stderr=err,
+                                         start_new_session=True)
+    try:
+        interrupt_and_resume(repo_copy)
+        assert uninterrupted.wait(timeout=600) == 0, (tmp_path / "uninterrupted.log").read_text()[-4000:]
+    finally:
+        if uninterrupted.poll() is None:  # a failure above: stop the shell and the stage it runs
+            os.killpg(uninterrupted.pid, signal.SIGKILL)
+            uninterrupted.wait()
     for split in ("train", "test", "mv_train"):
         with h5py.File(reference / f"data/world/{split}.h5") as a, h5py.File(repo_copy / f"data/world/{split}.h5") as b:
             np.testing.assert_array_equal(a["r64/rgb"][:], b["r64/rgb"][:])
