@@ -37,13 +37,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from taskgeom import config, diagnostics
-from taskgeom.diagnostic_sweep import accuracy, probe_images
+from taskgeom import diagnostics
+from taskgeom.artifacts.atomic import write_text
 from taskgeom.diagnostics import diagnose, diagnose_exact
 from taskgeom.linalg.operator import JacobianOperator
 from taskgeom.models import zoo
+from taskgeom.pipeline import config
+from taskgeom.pipeline.runtime import code_version
 from taskgeom.probes import Probe, ProbeMap
-from taskgeom.runtime import code_version, write_text
+from taskgeom.stages.diagnose import accuracy, probe_images
 
 OUT = Path("results/benchmarks")
 

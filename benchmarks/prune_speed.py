@@ -22,15 +22,16 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from taskgeom.artifacts.atomic import write_text
 from taskgeom.evaluate.cost import count_flops, interleaved_wall_clock
 from taskgeom.metric.head import ImportanceHead
 from taskgeom.models import zoo
 from taskgeom.models.dpt import TinyDPT
 from taskgeom.models.host import freeze, param_count, run_decoder
 from taskgeom.models.vit import Grid
+from taskgeom.pipeline.runtime import code_version, machine
 from taskgeom.prune.llf import pruned_forward
 from taskgeom.prune.scores import LearnedMetric
-from taskgeom.runtime import code_version, machine, write_text
 
 OUT = Path("results/benchmarks")
 RATIOS = (0.2, 0.5)

@@ -24,13 +24,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from taskgeom import config
+from taskgeom.artifacts.atomic import write_text
 from taskgeom.data.splits import read_world, to_input
 from taskgeom.models import zoo
 from taskgeom.models.host import forward_states, freeze
+from taskgeom.pipeline import config
+from taskgeom.pipeline.runtime import code_version, machine
 from taskgeom.retrieval.drm import cross_distance, load_drm, pair_distance
 from taskgeom.retrieval.evaluate import recall_at_k
-from taskgeom.runtime import code_version, machine, write_text
 
 OUT = Path("results/benchmarks")
 

@@ -5,7 +5,7 @@
 - HDF5 bytes per image: the size of the finished data/targets/<probe>/<split>.h5 files over their
   rows (the files the `targets` stage wrote), and the uncompressed size beside it;
 - reader wait: an importance head trained --steps steps on the train file, batches streamed by
-  `taskgeom.targets.stream_batches`; the share of the loop's time spent waiting for a batch (target:
+  `taskgeom.stages.targets.stream_batches`; the share of the loop's time spent waiting for a batch (target:
   under 10%), with the background reader and, for comparison, reading each batch in the loop.
 
 Results: results/benchmarks/targets_io.{csv,md}. Run after the pipeline's `targets` stages:
@@ -25,14 +25,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from taskgeom import config
+from taskgeom.artifacts.atomic import write_text
 from taskgeom.metric.fit import fit
 from taskgeom.metric.head import ImportanceHead, head_loss
+from taskgeom.metric.targets import SPLITS, TargetFile, image_targets
 from taskgeom.models import zoo
+from taskgeom.pipeline import config
+from taskgeom.pipeline.registry import WORLD_FILES
+from taskgeom.pipeline.runtime import code_version
 from taskgeom.probes import probe_map
-from taskgeom.runtime import code_version, write_text
-from taskgeom.targets import SPLITS, TargetFile, image_targets, is_multiview, split_images
-from taskgeom.stages import WORLD_FILES
+from taskgeom.stages.targets import is_multiview, split_images
 
 OUT = Path("results/benchmarks")
 

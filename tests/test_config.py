@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from taskgeom import config
+from taskgeom.pipeline import config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -17,11 +17,11 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-
 from conftest import run, run_together, tool_env
+
 import taskgeom
-from taskgeom import provenance
-from taskgeom.report.tables import read_table
+from taskgeom.artifacts import provenance
+from taskgeom.artifacts.tables import read_table
 
 pytestmark = pytest.mark.pipeline
 

@@ -8,12 +8,12 @@ import sys
 
 import pytest
 import yaml
-
 from conftest import REPO
-from taskgeom import config
-from taskgeom.dag import snakemake_rule
-from taskgeom.runtime import THREAD_VARIABLES
-from taskgeom.stages import STAGES
+
+from taskgeom.pipeline import config
+from taskgeom.pipeline.dag import snakemake_rule
+from taskgeom.pipeline.registry import STAGES
+from taskgeom.pipeline.runtime import THREAD_VARIABLES
 
 SLURM = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
 LOCAL = yaml.safe_load((REPO / "profiles/local/config.yaml").read_text())
@@ -56,6 +56,6 @@ def test_a_stage_runs_on_its_declared_threads_unless_snakemake_exports_others(ex
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
     if exported:
         env["OMP_NUM_THREADS"] = exported
-    code = "from taskgeom.runtime import use_threads; use_threads(1); import torch; print(torch.get_num_threads())"
+    code = "from taskgeom.pipeline.runtime import use_threads; use_threads(1); import torch; print(torch.get_num_threads())"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert int(out) == expected

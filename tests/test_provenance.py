@@ -11,13 +11,13 @@ import pandas as pd
 import pytest
 from torch import nn
 
-from taskgeom import provenance
-from taskgeom.cli import main
+from taskgeom.artifacts import provenance
+from taskgeom.artifacts.atomic import write_json
+from taskgeom.artifacts.figures import plt, save_figure
+from taskgeom.artifacts.tables import read_table, write_table
 from taskgeom.data.hdf5 import encode_attrs, new_file
 from taskgeom.models import zoo
-from taskgeom.report.figures import plt, save_figure
-from taskgeom.report.tables import read_table, write_table
-from taskgeom.runtime import write_json
+from taskgeom.pipeline.cli import main
 
 # Characters each format must escape: non-ASCII, PDF string delimiters, quotes, a backslash.
 RECORD = {"stage": "demo[x]", "code_version": "0.1.0+gabc", "device": "cpu", "machine": "host x86_64 CPU ×2",

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from cluster import PARTITION, SYSTEM_CONF, Cluster, missing_programs, slurm_cluster
 from conftest import REPO, copy_repo, output_digests, tool_env
 

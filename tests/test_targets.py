@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from taskgeom import targets
 from taskgeom.data.hdf5 import StoreError, new_file
 from taskgeom.linalg import JacobianOperator, dense_jacobian
+from taskgeom.metric import targets
 from taskgeom.models.zoo import build
+from taskgeom.pipeline.runtime import StageContext
 from taskgeom.probes import Probe, ProbeMap
-from taskgeom.runtime import StageContext
+from taskgeom.stages import targets as targets_stage
 
 SETTINGS = {"power_iters": 2, "oversample": 3, "block_norm_probes": 6, "exact": {"max_dim": 100}, "block": 2, "seed": 0}
 
@@ -52,7 +53,7 @@ def context(path) -> StageContext:
 def test_a_killed_build_resumes_to_the_same_bytes(tmp_path, monkeypatch):
     pm, images = tiny_probe_images()
     whole, resumed = tmp_path / "whole" / "test.h5", tmp_path / "resumed" / "test.h5"
-    targets.build_split(context(whole), "tiny", "test", pm, images, SETTINGS, 4, True)
+    targets_stage.build_split(context(whole), "tiny", "test", pm, images, SETTINGS, 4, True)
 
     real, calls = targets.image_targets, []
     def dies_on_the_fourth_image(*args, **kw):
@@ -60,12 +61,12 @@ def test_a_killed_build_resumes_to_the_same_bytes(tmp_path, monkeypatch):
         if len(calls) == 4:
             raise KeyboardInterrupt
         return real(*args, **kw)
-    monkeypatch.setattr(targets, "image_targets", dies_on_the_fourth_image)
+    monkeypatch.setattr(targets_stage, "image_targets", dies_on_the_fourth_image)
     with pytest.raises(KeyboardInterrupt):
-        targets.build_split(context(resumed), "tiny", "test", pm, images, SETTINGS, 4, True)
+        targets_stage.build_split(context(resumed), "tiny", "test", pm, images, SETTINGS, 4, True)
     assert not resumed.exists() and (resumed.parent / ".partial" / "test.h5").exists()
-    monkeypatch.setattr(targets, "image_targets", real)
-    targets.build_split(context(resumed), "tiny", "test", pm, images, SETTINGS, 4, True)
+    monkeypatch.setattr(targets_stage, "image_targets", real)
+    targets_stage.build_split(context(resumed), "tiny", "test", pm, images, SETTINGS, 4, True)
     assert resumed.read_bytes() == whole.read_bytes()
     t = targets.TargetFile.open(resumed)
     assert (t.num_items, t.r, t.qs, t.exact, t.tokens, t.dim) == (5, 4, (1, 2), True, 17, 16)
@@ -75,7 +76,7 @@ def test_a_killed_build_resumes_to_the_same_bytes(tmp_path, monkeypatch):
 def test_truncated_and_foreign_files_fail_naming_the_file(tmp_path):
     pm, images = tiny_probe_images()
     path = tmp_path / "test.h5"
-    targets.build_split(context(path), "tiny", "test", pm, images[:2], SETTINGS, 3, False)
+    targets_stage.build_split(context(path), "tiny", "test", pm, images[:2], SETTINGS, 3, False)
     cut = tmp_path / "cut.h5"
     cut.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(StoreError, match="cut.h5"):
@@ -91,7 +92,7 @@ def test_truncated_and_foreign_files_fail_naming_the_file(tmp_path):
 def test_the_reader_streams_the_rows_of_each_step_and_only_those(tmp_path):
     pm, images = tiny_probe_images()
     path = tmp_path / "test.h5"
-    targets.build_split(context(path), "tiny", "test", pm, images, SETTINGS, 3, False)
+    targets_stage.build_split(context(path), "tiny", "test", pm, images, SETTINGS, 3, False)
     t = targets.TargetFile.open(path)
     whole = t.read(("features", "block_norm"))
     for step, batch in enumerate(targets.stream_batches(t, ("features", "block_norm"), 2, 6, seed=3, limit=4)):

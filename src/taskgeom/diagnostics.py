@@ -60,16 +60,16 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .linalg.deflate import project_out
-from .linalg.dense import dense_jacobian
-from .linalg.lanczos import Quadrature, entropy_from_traces, lanczos_quadrature, smaller_side, xlogx
-from .linalg.operator import JacobianOperator
-from .linalg.ritz_density import ritz_density
-from .linalg.sketch import cv as coefficient_of_variation
-from .linalg.sketch import kappa_curve as cumulative_capture
-from .linalg.sketch import r90 as first_reaching
-from .linalg.sketch import block_krylov_svd, token_energy
-from .linalg.trace import deflated_residuals, leave_one_out_residuals, rademacher
+from taskgeom.linalg.deflate import project_out
+from taskgeom.linalg.dense import dense_jacobian
+from taskgeom.linalg.lanczos import Quadrature, entropy_from_traces, lanczos_quadrature, smaller_side, xlogx
+from taskgeom.linalg.operator import JacobianOperator
+from taskgeom.linalg.ritz_density import ritz_density
+from taskgeom.linalg.sketch import block_krylov_svd, token_energy
+from taskgeom.linalg.sketch import cv as coefficient_of_variation
+from taskgeom.linalg.sketch import kappa_curve as cumulative_capture
+from taskgeom.linalg.sketch import r90 as first_reaching
+from taskgeom.linalg.trace import deflated_residuals, leave_one_out_residuals, rademacher
 
 R90_LEVEL = 0.90
 LOO_POOL = 16  # runs whose vectors deflate the trace samples (linalg.leave_one_out_residuals)

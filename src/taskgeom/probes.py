@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .models.host import ProbeHost, check_decoder, forward_states, freeze, use_math_attention
+from taskgeom.models.host import ProbeHost, check_decoder, forward_states, freeze, use_math_attention
+from taskgeom.models.latent import LatentHost
 
 
 @dataclass
@@ -117,14 +118,33 @@ def _blocks_to_run(layers: tuple[int, ...], reads: tuple[int, ...], last: int) -
 def probe_map(host, decoder: str, layers: Sequence[int] | None = None,
               output_metric: Tensor | Callable[[Tensor], Tensor] | str | None = None):
     """The probe map of any host: a ``ProbeMap``, or for a host with a VAE bottleneck
-    (``taskgeom.metric.vae.LatentHost``) the probe at its latent registers."""
-    from .metric.vae import LatentHost, LatentProbeMap
-
+    (``taskgeom.models.latent.LatentHost``) the probe at its latent registers."""
     if isinstance(host, LatentHost):
         if layers is not None or output_metric is not None:
             raise ValueError("a latent probe reads the VAE registers: layers and output_metric must be null")
         return LatentProbeMap(host, decoder)
     return ProbeMap(host, decoder, layers, output_metric)
+
+
+class LatentProbeMap:
+    """The latent probe: F = posterior mean z (K, d) of one image, f(z) = decoder(VAE decode(z)) (M,)."""
+
+    def __init__(self, host: LatentHost, decoder: str):
+        if decoder != host.decoder:
+            raise ValueError(f"this VAE was trained for decoder {host.decoder!r}, not {decoder!r}")
+        self.host = freeze(use_math_attention(host))
+        self.decoder = decoder
+        self.layers = host.reads
+
+    def at(self, image: Tensor) -> Probe:
+        with torch.no_grad():
+            X, ctx = self.host.features(image.unsqueeze(0))
+            mu, _ = self.host.vae.encode(X)
+
+        def f(z: Tensor) -> Tensor:
+            return self.host.decode_latent(z.unsqueeze(0), ctx)[0]
+
+        return Probe(F=mu[0], f=f, layers=self.layers, tokens_per_layer=self.host.vae.registers)
 
 
 def so3_camera_metric(y0: Tensor) -> Tensor:

@@ -13,8 +13,14 @@ import torch
 from PIL import Image
 from scipy.io import savemat
 
-from taskgeom.data.real import (NYU_INTRINSICS, ImageFolderClasses, ImageNetValDevkit, NYUDepthV2Labeled,
-                                read_nyu_split, square_intrinsics)
+from taskgeom.data.real import (
+    NYU_INTRINSICS,
+    ImageFolderClasses,
+    ImageNetValDevkit,
+    NYUDepthV2Labeled,
+    read_nyu_split,
+    square_intrinsics,
+)
 
 
 def _corner_image(height: int, width: int, mode: str = "RGB") -> Image.Image:

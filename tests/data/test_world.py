@@ -6,8 +6,19 @@ import numpy as np
 import pytest
 
 from taskgeom.data import world as W
-from taskgeom.data.world import (CLASS_NAMES, RESOLUTIONS, Primitive, Scene, WorldSpec, backproject, look_at,
-                                 relative_pose, render, render_split, sketch)
+from taskgeom.data.world import (
+    CLASS_NAMES,
+    RESOLUTIONS,
+    Primitive,
+    Scene,
+    WorldSpec,
+    backproject,
+    look_at,
+    relative_pose,
+    render,
+    render_split,
+    sketch,
+)
 
 KEYS = {"rgb": np.uint8, "sketch": np.uint8, "depth": np.float32, "K": np.float32,
         "cam_to_world": np.float32, "label": np.int64, "object_id": np.int16}

@@ -8,11 +8,29 @@ import math
 import pytest
 import torch
 
-from taskgeom.linalg import (JacobianOperator, adaptive_power_iters, block_krylov_svd, xlogx, cv, deflated_residuals,
-                             exact_spectrum, hutchinson, hutchpp, kappa_curve, lanczos_quadrature,
-                             leave_one_out_residuals, project_out, r90, rademacher, randomized_svd, ritz_density, slq_erank,
-                             subspace_alignment, token_energy)
 from taskgeom.diagnostics import _count_to_090
+from taskgeom.linalg import (
+    JacobianOperator,
+    adaptive_power_iters,
+    block_krylov_svd,
+    cv,
+    deflated_residuals,
+    exact_spectrum,
+    hutchinson,
+    hutchpp,
+    kappa_curve,
+    lanczos_quadrature,
+    leave_one_out_residuals,
+    project_out,
+    r90,
+    rademacher,
+    randomized_svd,
+    ritz_density,
+    slq_erank,
+    subspace_alignment,
+    token_energy,
+    xlogx,
+)
 
 DT = torch.float64
 M, N, D = 120, 15, 16

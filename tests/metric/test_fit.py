@@ -7,15 +7,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from taskgeom import targets
+from taskgeom.metric import targets
 from taskgeom.metric.fit import fit, predict
 from taskgeom.metric.head import ImportanceHead, head_loss
 from taskgeom.metric.spn import PredictedMetric
-from taskgeom.metric.train_head import rho_per_image
-from taskgeom.metric.train_spn import v1_per_image
 from taskgeom.models.zoo import build
+from taskgeom.pipeline.runtime import StageContext
 from taskgeom.probes import ProbeMap
-from taskgeom.runtime import StageContext
+from taskgeom.stages import targets as targets_stage
+from taskgeom.stages.head import rho_per_image
+from taskgeom.stages.spn import v1_per_image
 
 SETTINGS = {"power_iters": 1, "oversample": 2, "block_norm_probes": 4, "exact": {"max_dim": 100}, "block": 8, "seed": 0}
 
@@ -24,7 +25,7 @@ def tiny_cache(tmp_path, split: str, images: torch.Tensor) -> targets.TargetFile
     torch.manual_seed(0)
     host = build(dict(kind="cls", embed_dim=16, depth=3, num_heads=2, patch_size=8, img_size=32))
     path = tmp_path / f"{split}.h5"
-    targets.build_split(StageContext("targets", {}, {split: path}, {}, "tiny"), "tiny", split, ProbeMap(host, "cls", [1]),
+    targets_stage.build_split(StageContext("targets", {}, {split: path}, {}, "tiny"), "tiny", split, ProbeMap(host, "cls", [1]),
                         images, SETTINGS, 4, True)
     return targets.TargetFile.open(path)
 

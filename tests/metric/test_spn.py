@@ -6,8 +6,14 @@ from __future__ import annotations
 import torch
 
 from taskgeom.linalg import JacobianOperator, exact_sketch
-from taskgeom.metric.spn import (PredictedMetric, SpectralPullbackNetwork, captured_energy, metric_vector_product,
-                                 spn_loss, subspace_alignment_batch)
+from taskgeom.metric.spn import (
+    PredictedMetric,
+    SpectralPullbackNetwork,
+    captured_energy,
+    metric_vector_product,
+    spn_loss,
+    subspace_alignment_batch,
+)
 
 
 def test_metric_vector_product_matches_the_dense_metric():

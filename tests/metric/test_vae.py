@@ -6,8 +6,10 @@ from __future__ import annotations
 import torch
 
 from taskgeom.linalg import JacobianOperator, dense_jacobian
-from taskgeom.metric.vae import FeatureVAE, LatentHost, LatentProbeMap, decoder_features, token_layout, vae_loss
+from taskgeom.metric.vae import vae_loss
+from taskgeom.models.latent import FeatureVAE, LatentHost, decoder_features, token_layout
 from taskgeom.models.zoo import build
+from taskgeom.probes import LatentProbeMap
 
 MV = dict(kind="multiview", embed_dim=16, depth=4, num_heads=2, patch_size=8, img_size=32, read_layers=[0, 1, 2, 3],
           head_features=8)

@@ -10,11 +10,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from taskgeom.data import fetch
+from taskgeom.artifacts.tables import read_table
 from taskgeom.models import train, zoo
-from taskgeom.report.tables import read_table
-from taskgeom.runtime import StageContext
-from taskgeom.stages import WORLD_FILES
+from taskgeom.pipeline.registry import WORLD_FILES
+from taskgeom.pipeline.runtime import StageContext
+from taskgeom.stages import fetch
+from taskgeom.stages import zoo as zoo_stage
 
 WORLD = {"seed": 3, "resolution": 32, "eval_resolutions": [], "splits": {"train": 96, "val": 4, "test": 32},
          "multiview": {"views": 2, "train": 16, "test": 8}, "num_objects": [3, 4], "fov_deg": [45.0, 60.0],
@@ -49,7 +50,7 @@ def zoo_context(world: dict[str, Path], out: Path, name: str, **train_cfg) -> St
 
 def test_depth_model_learns(world, tmp_path: Path):
     ctx = zoo_context(world, tmp_path, "tiny-dpt", steps=120)
-    train.run(ctx)
+    zoo_stage.run(ctx)
     losses = read_table(ctx.outputs["curve"])["train_loss"]
     assert losses.iloc[-1] < 0.7 * losses.iloc[0]  # training loss falls
     metrics = json.loads(ctx.outputs["metrics"].read_text())["metrics"]
@@ -59,14 +60,14 @@ def test_depth_model_learns(world, tmp_path: Path):
 def test_classifier_and_multiview_losses_fall(world, tmp_path: Path):
     for name in ("tiny-cls", "tiny-mv"):
         ctx = zoo_context(world, tmp_path / name, name, steps=60)
-        train.run(ctx)
+        zoo_stage.run(ctx)
         losses = read_table(ctx.outputs["curve"])["train_loss"]
         assert losses.iloc[-1] < losses.iloc[0], name
 
 
 def test_checkpoint_round_trip_gives_the_same_model(world, tmp_path: Path):
     ctx = zoo_context(world, tmp_path, "tiny-mv", steps=5)
-    train.run(ctx)
+    zoo_stage.run(ctx)
     model = zoo.load(ctx.outputs["weights"], ctx.outputs["config"])
     config = json.loads(ctx.outputs["config"].read_text())
     assert config["architecture"]["img_size"] == 32 and "code_version" in config["provenance"]
@@ -83,9 +84,9 @@ class Interrupted(Exception):
 
 
 def test_interrupted_training_resumes_to_identical_weights(world, tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(train, "CHECKPOINT_EVERY", 10)
+    monkeypatch.setattr(zoo_stage, "CHECKPOINT_EVERY", 10)
     whole = zoo_context(world, tmp_path / "whole", "tiny-dpt", steps=30)
-    train.run(whole)
+    zoo_stage.run(whole)
 
     calls = {"n": 0}
     real_loss = train.TASKS["dpt"].loss
@@ -99,11 +100,11 @@ def test_interrupted_training_resumes_to_identical_weights(world, tmp_path: Path
     resumed = zoo_context(world, tmp_path / "resumed", "tiny-dpt", steps=30)
     monkeypatch.setattr(train.TASKS["dpt"], "loss", dying_loss)
     with pytest.raises(Interrupted):
-        train.run(resumed)
+        zoo_stage.run(resumed)
     assert not resumed.outputs["weights"].exists()
     assert (tmp_path / "resumed" / ".partial" / "train_state.safetensors").exists()
     monkeypatch.setattr(train.TASKS["dpt"], "loss", real_loss)
-    train.run(resumed)
+    zoo_stage.run(resumed)
     a, b = load_file(str(whole.outputs["weights"])), load_file(str(resumed.outputs["weights"]))
     assert a.keys() == b.keys()
     for k in a:
@@ -134,7 +135,7 @@ def test_paper_model_is_imported_into_the_zoo_and_evaluated(world, tmp_path: Pat
     out = tmp_path / "zoo"
     outputs = {"weights": out / "model.safetensors", "config": out / "config.json", "metrics": out / "m.json",
                "curve": out / "curve.csv"}
-    train.run(StageContext("zoo", dict(world), outputs, {"zoo": {"paper": cfg}, "device": "cpu"}, "paper"))
+    zoo_stage.run(StageContext("zoo", dict(world), outputs, {"zoo": {"paper": cfg}, "device": "cpu"}, "paper"))
     metrics = json.loads(outputs["metrics"].read_text())["metrics"]
     assert metric in metrics and f"baseline_{metric}" in metrics
     reloaded = zoo.load(outputs["weights"], outputs["config"])
@@ -149,5 +150,5 @@ def test_paper_model_without_weights_fails_at_once_naming_it(world, tmp_path: Pa
     cfg = {"kind": "pretrained", "adapter": "clip-b16", "path": None, "img_size": 224, "batch_size": 8}
     outputs = {k: tmp_path / k for k in ("weights", "config", "metrics", "curve")}
     with pytest.raises(FileNotFoundError, match="paper model 'clip-b16'.*weights not found"):
-        train.run(StageContext("zoo", dict(world), outputs, {"zoo": {"clip": cfg}, "device": "cpu"}, "clip"))
+        zoo_stage.run(StageContext("zoo", dict(world), outputs, {"zoo": {"clip": cfg}, "device": "cpu"}, "clip"))
     assert not any(p.exists() for p in outputs.values())

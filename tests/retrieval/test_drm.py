@@ -11,7 +11,7 @@ from taskgeom.evaluate.tasks import silog
 from taskgeom.metric.head import ImportanceHead
 from taskgeom.retrieval.drm import DecoderRetrievalMetric, cross_distance, pair_distance, silog_matrix
 from taskgeom.retrieval.evaluate import recall_at_k, two_stage
-from taskgeom.retrieval.run import regression_loss, train_variant
+from taskgeom.stages.retrieval import regression_loss, train_variant
 
 
 def drm(dim: int = 6, tokens: int = 5, rank: int = 3) -> DecoderRetrievalMetric:

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .hdf5 import open_store
+from taskgeom.data.hdf5 import open_store, read_attr_json
 
 MEAN, STD = 0.5, 0.25
 
@@ -28,3 +28,8 @@ def to_input(rgb: np.ndarray | Tensor) -> Tensor:
     """(..., H, W, 3) uint8 -> (..., 3, H, W) float32, normalised."""
     x = torch.as_tensor(rgb).movedim(-1, -3).float() / 255.0
     return (x - MEAN) / STD
+
+
+def world_max_depth(path: Path) -> float:
+    with open_store(path, "world") as f:
+        return float(read_attr_json(f, "spec")["max_depth"])

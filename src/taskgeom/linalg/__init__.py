@@ -11,15 +11,40 @@ deflate   (I − QQᵀ) X, the projection every stage deflates by
 dense     the dense Jacobian and its exact SVD, the reference for tests
 """
 
-from .deflate import project_out
-from .dense import dense_jacobian, exact_spectrum
-from .lanczos import (Quadrature, SLQResult, entropy_from_traces, lanczos_quadrature, slq_erank, smaller_side,
-                      xlogx)
-from .operator import JacobianOperator
-from .ritz_density import ritz_density
-from .sketch import (Sketch, adaptive_power_iters, block_krylov_svd, cv, exact_sketch, kappa_curve, r90, randomized_svd, randomized_svd_path, subspace_alignment,
-                     token_energy)
-from .trace import TraceEstimate, deflated_residuals, hutchinson, hutchpp, leave_one_out_residuals, rademacher
+from taskgeom.linalg.deflate import project_out
+from taskgeom.linalg.dense import dense_jacobian, exact_spectrum
+from taskgeom.linalg.lanczos import (
+                      Quadrature,
+                      SLQResult,
+                      entropy_from_traces,
+                      lanczos_quadrature,
+                      slq_erank,
+                      smaller_side,
+                      xlogx,
+)
+from taskgeom.linalg.operator import JacobianOperator
+from taskgeom.linalg.ritz_density import ritz_density
+from taskgeom.linalg.sketch import (
+                      Sketch,
+                      adaptive_power_iters,
+                      block_krylov_svd,
+                      cv,
+                      exact_sketch,
+                      kappa_curve,
+                      r90,
+                      randomized_svd,
+                      randomized_svd_path,
+                      subspace_alignment,
+                      token_energy,
+)
+from taskgeom.linalg.trace import (
+                      TraceEstimate,
+                      deflated_residuals,
+                      hutchinson,
+                      hutchpp,
+                      leave_one_out_residuals,
+                      rademacher,
+)
 
 __all__ = [
     "JacobianOperator", "dense_jacobian", "exact_spectrum", "project_out",

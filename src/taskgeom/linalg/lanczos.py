@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .deflate import project_out
-from .operator import JacobianOperator
-from .trace import rademacher
+from taskgeom.linalg.deflate import project_out
+from taskgeom.linalg.operator import JacobianOperator
+from taskgeom.linalg.trace import rademacher
 
 
 @dataclass

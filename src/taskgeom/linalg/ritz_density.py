@@ -37,7 +37,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .lanczos import Quadrature
+from taskgeom.linalg.lanczos import Quadrature
 
 
 def ritz_density(JQ: Tensor, runs: Quadrature, output_starts: bool,

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .deflate import project_out
-from .operator import JacobianOperator
+from taskgeom.linalg.deflate import project_out
+from taskgeom.linalg.operator import JacobianOperator
 
 
 @dataclass

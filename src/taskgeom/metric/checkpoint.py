@@ -10,8 +10,9 @@ from pathlib import Path
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..provenance import KEY as PROVENANCE, encode
-from ..runtime import atomic_path, write_json
+from taskgeom.artifacts.atomic import atomic_path, write_json
+from taskgeom.artifacts.provenance import KEY as PROVENANCE
+from taskgeom.artifacts.provenance import encode
 
 
 def save_seeds(models: dict[int, nn.Module], architecture: dict, weights: Path, config_path: Path,
@@ -28,8 +29,8 @@ def save_seeds(models: dict[int, nn.Module], architecture: dict, weights: Path, 
 def load(weights: str | Path, config_path: str | Path, seed: int | None = None) -> tuple[nn.Module, dict]:
     """Rebuild an importance head or SPN from its checkpoint (eval mode); for a per-seed
     checkpoint, the network of ``seed`` (default: the first)."""
-    from .head import ImportanceHead
-    from .spn import SpectralPullbackNetwork
+    from taskgeom.metric.head import ImportanceHead
+    from taskgeom.metric.spn import SpectralPullbackNetwork
 
     for p in (Path(weights), Path(config_path)):
         if not p.is_file():

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..models.train import learning_rate
-from ..targets import TargetFile, stream_batches
+from taskgeom.metric.targets import TargetFile, stream_batches
+from taskgeom.models.train import learning_rate
 
 LOG_EVERY = 25
 

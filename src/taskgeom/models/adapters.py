@@ -30,8 +30,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .host import ProbeHost, freeze, use_math_attention
-from .vit import TimmViTHost
+from taskgeom.models.host import ProbeHost, freeze, use_math_attention
+from taskgeom.models.vit import TimmViTHost
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".pth.tar", ".ckpt")
 

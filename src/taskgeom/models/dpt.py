@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F_
 from torch import Tensor, nn
 
-from .resize import resize_bilinear
-from .vit import Grid, patch_tokens_to_map, tiny_vit, vit_embed
+from taskgeom.models.resize import resize_bilinear
+from taskgeom.models.vit import Grid, patch_tokens_to_map, tiny_vit, vit_embed
 
 
 class ResidualConvUnit(nn.Module):

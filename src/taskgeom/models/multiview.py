@@ -17,8 +17,8 @@ from timm.layers import resample_abs_pos_embed
 from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
-from .dpt import DPTHead
-from .vit import ConvStemPatchEmbed, Grid, patch_tokens_to_map
+from taskgeom.models.dpt import DPTHead
+from taskgeom.models.vit import ConvStemPatchEmbed, Grid, patch_tokens_to_map
 
 POSE_DIM = 9
 

@@ -1,4 +1,4 @@
-"""The ``zoo`` stage for the paper's models: import local weights into the zoo's format
+"""The paper's models in the zoo: import local weights into the zoo's format
 (safetensors + JSON config) and evaluate them zero-shot on the synthetic world.
 
 Metrics match the tiny zoo's where the task allows: k-NN top-1 accuracy (k = 5,
@@ -9,16 +9,17 @@ world); camera rotation / translation error for a camera head.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 import torch.nn.functional as F_
 from torch import Tensor, nn
 
-from ..data.splits import read_world, to_input
-from ..evaluate.tasks import camera_errors, depth_metrics, pose_encoding, valid_depth
-from ..runtime import StageContext
-from .adapters import PAPER_MODELS, load_paper_model
-from .host import run_decoder
+from taskgeom.data.splits import read_world, to_input
+from taskgeom.evaluate.tasks import camera_errors, depth_metrics, pose_encoding, valid_depth
+from taskgeom.models.adapters import PAPER_MODELS, load_paper_model
+from taskgeom.models.host import run_decoder
 
 KNN = 5
 
@@ -54,18 +55,19 @@ def median_scaled(pred: Tensor, target: Tensor, max_depth: float) -> Tensor:
     return pred * scale.view(-1, *[1] * (pred.ndim - 1))
 
 
-def evaluate(ctx: StageContext, host: nn.Module, cfg: dict, max_depth: float) -> dict[str, float]:
-    size, batch, device = cfg["img_size"], cfg["batch_size"], ctx.device
+def evaluate(inputs: dict[str, Path], host: nn.Module, cfg: dict, max_depth: float, device: str) -> dict[str, float]:
+    """Zero-shot metrics of ``host`` on the world splits ``inputs`` (train, test, mv_test)."""
+    size, batch = cfg["img_size"], cfg["batch_size"]
     metrics: dict[str, float] = {}
     if "cls" in host.decoders:
-        train = read_world(ctx.inputs["train"], keys=("rgb", "label"))
-        test = read_world(ctx.inputs["test"], keys=("rgb", "label"))
+        train = read_world(inputs["train"], keys=("rgb", "label"))
+        test = read_world(inputs["test"], keys=("rgb", "label"))
         emb = [decoder_outputs(host, "cls", d["rgb"], size, batch, device) for d in (train, test)]
         majority = np.bincount(train["label"]).argmax()
         metrics |= {"knn_accuracy": knn_accuracy(emb[0], train["label"], emb[1], test["label"]),
                     "baseline_knn_accuracy": float((test["label"] == majority).mean())}
     if "depth" in host.decoders and "camera" not in host.decoders:
-        test = read_world(ctx.inputs["test"], keys=("rgb", "depth"))
+        test = read_world(inputs["test"], keys=("rgb", "depth"))
         target = torch.as_tensor(test["depth"])
         pred = decoder_outputs(host, "depth", test["rgb"], size, batch, device).view(len(target), size, size)
         pred = F_.interpolate(pred.unsqueeze(1), size=target.shape[-2:], mode="bilinear").squeeze(1)
@@ -74,7 +76,7 @@ def evaluate(ctx: StageContext, host: nn.Module, cfg: dict, max_depth: float) ->
         base = depth_metrics(flat, target, max_depth)
         metrics |= ours | {f"baseline_{k}": v for k, v in base.items()}
     if "camera" in host.decoders:
-        test = read_world(ctx.inputs["mv_test"], keys=("rgb", "K", "cam_to_world"))
+        test = read_world(inputs["mv_test"], keys=("rgb", "K", "cam_to_world"))
         target = pose_encoding(test["cam_to_world"], test["K"], test["rgb"].shape[-2])
         pred = decoder_outputs(host, "camera", test["rgb"], size, batch, device).view(*target.shape).numpy()
         identity = np.zeros_like(target)

@@ -9,11 +9,12 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..provenance import KEY as PROVENANCE, encode
-from ..runtime import atomic_path, write_json
-from .dpt import TinyDPT
-from .multiview import TinyMultiView
-from .vit import TimmViTHost, tiny_vit
+from taskgeom.artifacts.atomic import atomic_path, write_json
+from taskgeom.artifacts.provenance import KEY as PROVENANCE
+from taskgeom.artifacts.provenance import encode
+from taskgeom.models.dpt import TinyDPT
+from taskgeom.models.multiview import TinyMultiView
+from taskgeom.models.vit import TimmViTHost, tiny_vit
 
 NUM_CLASSES = 6  # taskgeom.data.world.CLASS_NAMES
 ARCH_KEYS = ("kind", "embed_dim", "depth", "num_heads", "patch_size", "read_layers", "head_features", "img_size")
@@ -22,12 +23,12 @@ ARCH_KEYS = ("kind", "embed_dim", "depth", "num_heads", "patch_size", "read_laye
 def build(config: dict) -> nn.Module:
     """A zoo model from its architecture config (the params entry plus ``img_size``); each is a ProbeHost."""
     if config["kind"] == "pretrained":  # the paper's architecture; weights come from the checkpoint
-        from .adapters import PAPER_MODELS
+        from taskgeom.models.adapters import PAPER_MODELS
 
         spec = PAPER_MODELS[config["adapter"]]
         return spec.build(None, config.get("overrides", {}))
     if config["kind"] == "latent":  # a zoo host with a VAE before one decoder (taskgeom.metric.vae)
-        from ..metric.vae import build_latent_host
+        from taskgeom.models.latent import build_latent_host
 
         return build_latent_host(build(config["base"]), config["decoder"], config["vae"])
     common = dict(embed_dim=config["embed_dim"], depth=config["depth"], num_heads=config["num_heads"],

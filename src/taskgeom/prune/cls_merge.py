@@ -16,13 +16,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..models.host import ProbeHost
-from .evit import evit_fuse
-from .scores import LearnedMetric, grid_of, scores_for
-from .select import num_removed, split_lowest
-from .soft_merge import cosine_distance, merge_into_nearest, pullback_distance
-from .timm_blocks import block_forward, block_with_stats, timm_block
-from .tome import bipartite_soft_matching, merge_wavg
+from taskgeom.models.host import ProbeHost
+from taskgeom.prune.evit import evit_fuse
+from taskgeom.prune.scores import LearnedMetric, grid_of, scores_for
+from taskgeom.prune.select import num_removed, split_lowest
+from taskgeom.prune.soft_merge import cosine_distance, merge_into_nearest, pullback_distance
+from taskgeom.prune.timm_blocks import block_forward, block_with_stats, timm_block
+from taskgeom.prune.tome import bipartite_soft_matching, merge_wavg
 
 
 def reduce_tokens(method: str, h: Tensor, stats, k: int, grid, learned: LearnedMetric | None,

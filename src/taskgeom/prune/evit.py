@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .select import gather_tokens, split_lowest
+from taskgeom.prune.select import gather_tokens, split_lowest
 
 
 def evit_fuse(x: Tensor, cls_attn: Tensor, k: int, prefix: int = 1) -> Tensor:

@@ -19,11 +19,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..models.host import ProbeHost, check_decoder
-from .scores import NEEDS_STATS, LearnedMetric, grid_of, scores_for
-from .select import gather_tokens, num_removed, scatter_tokens, split_lowest
-from .timm_blocks import block_forward, block_with_stats, timm_block
-from .tome import bipartite_soft_matching, merge_wavg
+from taskgeom.models.host import ProbeHost, check_decoder
+from taskgeom.prune.scores import NEEDS_STATS, LearnedMetric, grid_of, scores_for
+from taskgeom.prune.select import gather_tokens, num_removed, scatter_tokens, split_lowest
+from taskgeom.prune.timm_blocks import block_forward, block_with_stats, timm_block
+from taskgeom.prune.tome import bipartite_soft_matching, merge_wavg
 
 
 def stage_counts(total: int, stages: int) -> list[int]:

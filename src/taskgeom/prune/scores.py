@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ..metric.head import ImportanceHead
-from ..metric.positions import position_table
-from ..metric.spn import PredictedMetric, SpectralPullbackNetwork
-from ..models.vit import Grid
-from .timm_blocks import AttentionStats
-from .tome import tome_score
+from taskgeom.metric.head import ImportanceHead
+from taskgeom.metric.positions import position_table
+from taskgeom.metric.spn import PredictedMetric, SpectralPullbackNetwork
+from taskgeom.models.vit import Grid
+from taskgeom.prune.timm_blocks import AttentionStats
+from taskgeom.prune.tome import tome_score
 
 METHODS = ("random", "tome_score", "evit", "tome", "importance")
 NEEDS_STATS = frozenset({"tome_score", "evit", "tome"})

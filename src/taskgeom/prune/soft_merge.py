@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..metric.spn import PredictedMetric
-from .select import gather_tokens
+from taskgeom.metric.spn import PredictedMetric
+from taskgeom.prune.select import gather_tokens
 
 
 def merge_into_nearest(x: Tensor, size: Tensor, keep: Tensor, drop: Tensor, distance: Tensor,

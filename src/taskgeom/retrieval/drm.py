@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..metric.head import ImportanceHead
+from taskgeom.metric.head import ImportanceHead
 
 
 class DecoderRetrievalMetric(nn.Module):

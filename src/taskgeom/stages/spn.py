@@ -14,14 +14,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..evaluate.stats import summarize
-from ..models import zoo
-from ..models.host import param_count
-from ..report.tables import write_table
-from ..runtime import StageContext, write_json
-from ..targets import TargetFile
-from .fit import fit, predict
-from .spn import SpectralPullbackNetwork, spn_loss, subspace_alignment_batch
+from taskgeom.artifacts.atomic import write_json
+from taskgeom.artifacts.tables import write_table
+from taskgeom.evaluate.stats import summarize
+from taskgeom.metric.fit import fit, predict
+from taskgeom.metric.spn import SpectralPullbackNetwork, spn_loss, subspace_alignment_batch
+from taskgeom.metric.targets import TargetFile
+from taskgeom.models import zoo
+from taskgeom.models.host import param_count
+from taskgeom.pipeline.runtime import StageContext
 
 
 def v1_per_image(model: SpectralPullbackNetwork, test: TargetFile, reference: np.ndarray, device: str) -> np.ndarray:

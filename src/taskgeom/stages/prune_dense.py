@@ -13,24 +13,30 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..data.splits import to_input
-from ..evaluate.stats import spearman
-from ..evaluate.tasks import silog, valid_depth
-from ..models.host import forward_states, run_decoder
-from ..models.train import world_max_depth
-from ..report.tables import write_table
-from ..runtime import StageContext, write_json
-from ..targets import TargetFile
-from .evaluation import batched, generator, load_host, load_learned, seed_runs, settings, summary_rows, world_batch
-from .llf import pruned_forward
-from .timm_blocks import block_with_stats, timm_block
-from .tome import tome_score
+from taskgeom.artifacts.atomic import write_json
+from taskgeom.artifacts.tables import write_table
+from taskgeom.data.splits import to_input, world_max_depth
+from taskgeom.evaluate.stats import spearman
+from taskgeom.evaluate.tasks import silog, valid_depth
+from taskgeom.metric.targets import TargetFile
+from taskgeom.models.host import forward_states, run_decoder
+from taskgeom.pipeline.runtime import StageContext
+from taskgeom.prune.llf import pruned_forward
+from taskgeom.prune.protocol import (
+    batched,
+    generator,
+    load_host,
+    load_learned,
+    schedule_name,
+    seed_runs,
+    settings,
+    summary_rows,
+    world_batch,
+)
+from taskgeom.prune.timm_blocks import block_with_stats, timm_block
+from taskgeom.prune.tome import tome_score
 
 EXAMPLES = 4  # test images of the Figure 2 maps
-
-
-def schedule_name(schedule: list[int]) -> str:
-    return f"{len(schedule)}-stage"
 
 
 def figure_maps(ctx: StageContext, host, cfg: dict, learned, base, x: torch.Tensor, depth: np.ndarray) -> dict:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..report.figures import plt, save_figure
-from ..report.tables import write_table
-from ..runtime import StageContext
-from .hdf5 import ResumableH5, open_store
-from .world import CLASS_NAMES, WorldSpec, render_split
+from taskgeom.artifacts.figures import plt, save_figure
+from taskgeom.artifacts.tables import write_table
+from taskgeom.data.hdf5 import ResumableH5, open_store
+from taskgeom.data.world import CLASS_NAMES, WorldSpec, render_split
+from taskgeom.pipeline.runtime import StageContext
 
 SPLIT_IDS = {"train": 0, "val": 1, "test": 2, "mv_train": 3, "mv_test": 4}
 ARRAYS = ("rgb", "sketch", "depth", "object_id", "K", "cam_to_world")
@@ -105,7 +105,7 @@ def summarise(ctx: StageContext) -> pd.DataFrame:
 
 def index_real(ctx: StageContext) -> pd.DataFrame:
     """One summary row per real data set configured under ``real`` (opening it checks its format)."""
-    from .real import ImageFolderClasses, NYUDepthV2Labeled
+    from taskgeom.data.real import ImageFolderClasses, NYUDepthV2Labeled
 
     readers = {"imagenet_val": ImageFolderClasses, "imagenet_sketch": ImageFolderClasses,
                "nyu_depth_v2": NYUDepthV2Labeled}

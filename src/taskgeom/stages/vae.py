@@ -22,17 +22,19 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..data.splits import read_world, to_input
-from ..diagnostics import diagnose
-from ..evaluate.stats import summarize
-from ..models import zoo
-from ..models.host import freeze, param_count, use_math_attention
-from ..models.train import learning_rate
-from ..probes import ProbeMap
-from ..report.tables import write_table
-from ..runtime import StageContext, write_json
-from .fit import LOG_EVERY
-from .vae import FeatureVAE, LatentHost, LatentProbeMap, decoder_features, feature_statistics, token_layout, vae_loss
+from taskgeom.artifacts.atomic import write_json
+from taskgeom.artifacts.tables import write_table
+from taskgeom.data.splits import read_world, to_input
+from taskgeom.diagnostics import diagnose
+from taskgeom.evaluate.stats import summarize
+from taskgeom.metric.fit import LOG_EVERY
+from taskgeom.metric.vae import feature_statistics, vae_loss
+from taskgeom.models import zoo
+from taskgeom.models.host import freeze, param_count, use_math_attention
+from taskgeom.models.latent import FeatureVAE, LatentHost, decoder_features, token_layout
+from taskgeom.models.train import learning_rate
+from taskgeom.pipeline.runtime import StageContext
+from taskgeom.probes import LatentProbeMap, ProbeMap
 
 STAT_GROUPS = 64  # training groups whose features set the standardisation
 

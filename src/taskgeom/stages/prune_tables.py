@@ -23,10 +23,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ..data.splits import read_world
-from ..runtime import StageContext, write_text
-from .figures import plt, save_figure
-from .tables import read_table, write_table
+from taskgeom.artifacts.atomic import write_text
+from taskgeom.artifacts.figures import plt, save_figure
+from taskgeom.artifacts.tables import read_table, write_table
+from taskgeom.data.splits import read_world
+from taskgeom.pipeline.runtime import StageContext
 
 TABLE2_METHODS = ("random", "tome_score", "importance")
 METHOD_ORDER = ("random", "tome_score", "evit", "tome", "importance")

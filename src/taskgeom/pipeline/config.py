@@ -11,7 +11,7 @@ import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-SCHEMA_PATH = Path(__file__).with_name("params.schema.yaml")
+SCHEMA_PATH = Path(__file__).parents[1] / "params.schema.yaml"
 
 
 class ParamsError(ValueError):
@@ -226,14 +226,3 @@ def select(params: dict, keys: tuple[str, ...] | list[str]) -> dict:
             node = node.setdefault(part, {})
         node[parts[-1]] = copy.deepcopy(get(params, key))
     return out
-
-
-def run_check(ctx) -> None:
-    """The ``check-params`` stage: the CLI has validated params.yaml before calling this.
-
-    The output's content is constant, so stages depending on it rerun only for their
-    own inputs and parameter keys.
-    """
-    from .runtime import write_text
-
-    write_text(ctx.outputs["ok"], "params.yaml is valid against src/taskgeom/params.schema.yaml\n")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..provenance import split_header
-from ..runtime import write_text
+from taskgeom.artifacts.atomic import write_text
+from taskgeom.artifacts.provenance import split_header
 
 FLOAT_FORMAT = "%.6g"
 

@@ -1,5 +1,5 @@
-"""What the pruning stages share: the frozen model and its learned metric per seed, the
-evaluation images of each domain and resolution, and per-setting statistics (mean over seeds
+"""The protocol by which pruning methods are compared (paper §7): the frozen model and its learned
+metric per seed, the evaluation images of each domain and resolution, and per-setting statistics (mean over seeds
 and images, bootstrap interval, Wilcoxon signed-rank p of importance against each baseline)."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..data.splits import read_world
-from ..evaluate.stats import summarize, wilcoxon_p
-from ..metric import checkpoint
-from ..models import zoo
-from ..models.host import freeze
-from ..models.vit import Grid
-from .scores import LearnedMetric
+from taskgeom.data.splits import read_world
+from taskgeom.evaluate.stats import summarize, wilcoxon_p
+from taskgeom.metric import checkpoint
+from taskgeom.models import zoo
+from taskgeom.models.host import freeze
+from taskgeom.models.vit import Grid
+from taskgeom.prune.scores import LearnedMetric
 
 DETERMINISTIC = frozenset({"tome_score", "tome", "evit"})   # the same output for every seed
 DOMAINS = ("rgb", "sketch")                                  # the world stores each render under its name
@@ -94,3 +94,8 @@ def summary_rows(values: dict[str, np.ndarray], boot: dict, reference: str = "im
             row["p_vs_importance"] = wilcoxon_p(values[reference].mean(axis=0), per_image)
         rows.append(row)
     return rows
+
+
+def schedule_name(schedule: list[int]) -> str:
+    """A dense pruning schedule by its number of stages, e.g. [2, 4] -> "2-stage"."""
+    return f"{len(schedule)}-stage"

@@ -1,37 +1,31 @@
 """What a running stage gets: its resolved inputs, outputs and parameters, a logger,
-progress bars, the device, and atomic output writing."""
+progress bars, the device and thread count, and the provenance record of what it writes."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import platform
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from tqdm import tqdm
 
-from . import __version__
-from .provenance import header_line
+from taskgeom import __version__
 
 T = TypeVar("T")
-UMASK = os.umask(0)
-os.umask(UMASK)
 
 
 @cache
 def code_version() -> str:
     """Package version plus the git commit of the working tree (with '+dirty' when modified)."""
     try:
-        root = Path(__file__).resolve().parents[2]
+        root = Path(__file__).resolve().parents[3]
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", "src"],
@@ -73,34 +67,6 @@ def machine(device: str) -> str:
     if device.startswith("cuda"):
         return f"{platform.node()} {torch.cuda.get_device_name(torch.device(device))}"
     return f"{platform.node()} {platform.machine()} CPU ×{os.cpu_count()}"
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it over ``path`` only if the block succeeds."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        os.chmod(tmp_path, 0o666 & ~UMASK)  # mkstemp makes 0600; give the usual permissions
-        os.replace(tmp_path, path)
-    finally:
-        tmp_path.unlink(missing_ok=True)
-
-
-def write_text(path: str | Path, text: str, provenance: dict | None = None) -> None:
-    """Write ``text`` atomically; with ``provenance``, a first line records it (.csv, .md, .tex)."""
-    if provenance is not None:
-        text = header_line(provenance, Path(path).suffix) + text
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
-
-
-def write_json(path: str | Path, obj: Any) -> None:
-    write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 @dataclass

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import yaml
 
-from ..provenance import split_header
-from ..runtime import StageContext, write_text
-from ..stages import STAGES
-from .tables import read_table
+from taskgeom.artifacts.atomic import write_text
+from taskgeom.artifacts.provenance import split_header
+from taskgeom.artifacts.tables import read_table
+from taskgeom.pipeline.registry import STAGES
+from taskgeom.pipeline.runtime import StageContext
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from ..data.splits import read_world
-from ..runtime import StageContext
-from .figures import plt, save_figure
-from .tables import write_table
+from taskgeom.artifacts.figures import plt, save_figure
+from taskgeom.artifacts.tables import write_table
+from taskgeom.data.splits import read_world
+from taskgeom.pipeline.runtime import StageContext
 
 METHODS = ("drm", "l2", "cosine")
 ABLATION = ("drm", "no_regression", "no_distillation")

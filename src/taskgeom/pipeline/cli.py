@@ -14,9 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from . import __version__, config
-from .data.hdf5 import StoreError
-from .stages import PARAMS_OK, STAGES, Collect, Stage, fill
+from taskgeom import __version__
+from taskgeom.data.hdf5 import StoreError
+from taskgeom.pipeline import config
+from taskgeom.pipeline.registry import PARAMS_OK, STAGES, Collect, Stage, fill
 
 PROFILES_DIR = Path("params")
 
@@ -56,7 +57,7 @@ def setup_logging(log_file: str | None) -> logging.Logger:
 
 
 def run_stage(stage: Stage, args: argparse.Namespace) -> int:
-    from .runtime import StageContext, resolve_device, use_threads
+    from taskgeom.pipeline.runtime import StageContext, resolve_device, use_threads
 
     threads = use_threads(stage.threads)  # before anything imports torch
     log = setup_logging(args.log)
@@ -70,10 +71,9 @@ def run_stage(stage: Stage, args: argparse.Namespace) -> int:
     keys = tuple(fill(k, stage, value) for k in stage.params)
     device = resolve_device(params["device"]) if "device" in keys else "cpu"
     ctx = StageContext(stage.name, inputs, outputs, config.select(params, keys), value, device, log)
-    module, func = stage.runner.split(":")
     start = time.perf_counter()
     log.info("stage %s%s on %s, %d thread(s)", stage.name, f" [{value}]" if value else "", device, threads)
-    getattr(importlib.import_module(module), func)(ctx)
+    importlib.import_module(stage.runner).run(ctx)
     if absent := [str(p) for p in outputs.values() if not p.exists()]:
         raise RuntimeError(f"stage {stage.name} finished without writing: {', '.join(absent)}")
     log.info("stage %s done in %.1f s", stage.name, time.perf_counter() - start)
@@ -93,7 +93,7 @@ def params_command(args: argparse.Namespace) -> int:
 
 
 def dvc_yaml_command(args: argparse.Namespace) -> int:
-    from .dag import dvc_yaml_text
+    from taskgeom.pipeline.dag import dvc_yaml_text
 
     text = dvc_yaml_text()
     path = Path(args.path)
@@ -110,7 +110,7 @@ def dvc_yaml_command(args: argparse.Namespace) -> int:
 
 def provenance_command(args: argparse.Namespace) -> int:
     """Print where each file came from (its provenance record, as JSON)."""
-    from . import provenance
+    from taskgeom.artifacts import provenance
 
     records = {}
     for path in args.files:

@@ -23,17 +23,25 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from ..data.splits import read_world, to_input
-from ..evaluate.stats import summarize
-from ..metric import checkpoint
-from ..metric.head import head_loss
-from ..models import zoo
-from ..models.host import forward_states, freeze, param_count, run_decoder
-from ..report.tables import write_table
-from ..runtime import StageContext, write_json
-from ..targets import TargetFile
-from .drm import DecoderRetrievalMetric, cosine_distance, cross_distance, l2_distance, pair_distance, silog_matrix
-from .evaluate import calibrated_mae, fit_calibration, recall_at_k, spearman_per_query, two_stage
+from taskgeom.artifacts.atomic import write_json
+from taskgeom.artifacts.tables import write_table
+from taskgeom.data.splits import read_world, to_input
+from taskgeom.evaluate.stats import summarize
+from taskgeom.metric import checkpoint
+from taskgeom.metric.head import head_loss
+from taskgeom.metric.targets import TargetFile
+from taskgeom.models import zoo
+from taskgeom.models.host import forward_states, freeze, param_count, run_decoder
+from taskgeom.pipeline.runtime import StageContext
+from taskgeom.retrieval.drm import (
+    DecoderRetrievalMetric,
+    cosine_distance,
+    cross_distance,
+    l2_distance,
+    pair_distance,
+    silog_matrix,
+)
+from taskgeom.retrieval.evaluate import calibrated_mae, fit_calibration, recall_at_k, spearman_per_query, two_stage
 
 VARIANTS = {"drm": (True, True), "no_regression": (False, True), "no_distillation": (True, False)}
 BASELINES = ("l2", "cosine")

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import yaml
 
-from . import config
-from .stages import PARAMS_OK, STAGES, Collect, Stage, fill
+from taskgeom.pipeline import config
+from taskgeom.pipeline.registry import PARAMS_OK, STAGES, Collect, Stage, fill
 
-DVC_HEADER = "# Generated from src/taskgeom/stages.py by `taskgeom dvc-yaml`; do not edit by hand.\n"
+DVC_HEADER = "# Generated from src/taskgeom/pipeline/registry.py by `taskgeom dvc-yaml`; do not edit by hand.\n"
 
 
 def dvc_path(template: str, stage: Stage) -> str:
@@ -54,7 +54,7 @@ class SnakemakeRule:
 
 
 def snakemake_rule(name: str, params: dict) -> SnakemakeRule:
-    from .stages import stage as lookup
+    from taskgeom.pipeline.registry import stage as lookup
 
     s = lookup(name)
     inputs: dict = {}

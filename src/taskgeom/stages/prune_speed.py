@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..data.splits import to_input
-from ..evaluate.cost import count_flops, interleaved_wall_clock
-from ..models.host import run_decoder
-from ..report.tables import write_table
-from ..runtime import StageContext, machine
-from .evaluation import generator, load_host, load_learned, world_batch
-from .llf import pruned_forward
-from .run_dense import schedule_name
+from taskgeom.artifacts.tables import write_table
+from taskgeom.data.splits import to_input
+from taskgeom.evaluate.cost import count_flops, interleaved_wall_clock
+from taskgeom.models.host import run_decoder
+from taskgeom.pipeline.runtime import StageContext, machine
+from taskgeom.prune.llf import pruned_forward
+from taskgeom.prune.protocol import generator, load_host, load_learned, schedule_name, world_batch
 
 
 def run(ctx: StageContext) -> None:

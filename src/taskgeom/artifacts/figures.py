@@ -9,8 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..provenance import figure_metadata  # noqa: E402
-from ..runtime import atomic_path  # noqa: E402
+from taskgeom.artifacts.atomic import atomic_path  # noqa: E402
+from taskgeom.artifacts.provenance import figure_metadata  # noqa: E402
 
 
 def save_figure(fig, png: str | Path, pdf: str | Path, *, provenance: dict, dpi: int = 110) -> None:

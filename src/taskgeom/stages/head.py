@@ -11,14 +11,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..evaluate.stats import spearman, summarize
-from ..models.host import param_count
-from ..report.tables import write_table
-from ..runtime import StageContext, write_json
-from ..targets import TargetFile
-from .checkpoint import save_seeds
-from .fit import fit, predict
-from .head import ImportanceHead, head_loss
+from taskgeom.artifacts.atomic import write_json
+from taskgeom.artifacts.tables import write_table
+from taskgeom.evaluate.stats import spearman, summarize
+from taskgeom.metric.checkpoint import save_seeds
+from taskgeom.metric.fit import fit, predict
+from taskgeom.metric.head import ImportanceHead, head_loss
+from taskgeom.metric.targets import TargetFile
+from taskgeom.models.host import param_count
+from taskgeom.pipeline.runtime import StageContext
 
 EXAMPLES = 4  # held-out images whose predicted and target maps go to the report's figure
 

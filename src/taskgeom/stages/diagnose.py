@@ -18,14 +18,15 @@ import numpy as np
 import torch.nn.functional as F_
 from torch import Tensor
 
-from .data.hdf5 import KIND_ATTR, encode_attrs, new_file
-from .data.splits import read_world, to_input
-from .diagnostics import REGIMES, Diagnosis, diagnose, diagnose_exact, regime
-from .evaluate.stats import summarize
-from .linalg import JacobianOperator, randomized_svd, subspace_alignment
-from .models import zoo
-from .probes import Probe, ProbeMap
-from .runtime import StageContext, atomic_path, write_json
+from taskgeom.artifacts.atomic import atomic_path, write_json
+from taskgeom.data.hdf5 import KIND_ATTR, encode_attrs, new_file
+from taskgeom.data.splits import read_world, to_input
+from taskgeom.diagnostics import REGIMES, Diagnosis, diagnose, diagnose_exact, regime
+from taskgeom.evaluate.stats import summarize
+from taskgeom.linalg import JacobianOperator, randomized_svd, subspace_alignment
+from taskgeom.models import zoo
+from taskgeom.pipeline.runtime import StageContext
+from taskgeom.probes import Probe, ProbeMap
 
 SCALARS = ("kappa_cap", "frob2", "erank", "r90", "cv", "products")  # no timings: reruns give identical bytes
 # (wall-clock cost in forward-equivalents is measured by benchmarks/diagnose_cost.py)

@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ..data.splits import read_world
-from ..runtime import StageContext
-from .figures import plt, save_figure
-from .tables import read_table, write_table
+from taskgeom.artifacts.figures import plt, save_figure
+from taskgeom.artifacts.tables import read_table, write_table
+from taskgeom.data.splits import read_world
+from taskgeom.pipeline.runtime import StageContext
 
 ABLATION_KEYS = ("target", "w_rank", "train_images", "width", "heads", "layers", "steps")
 

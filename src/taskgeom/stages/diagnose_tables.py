@@ -20,11 +20,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ..diagnostics import regime
-from ..evaluate.stats import spearman, summarize
-from ..runtime import StageContext
-from .figures import plt, save_figure
-from .tables import write_table
+from taskgeom.artifacts.figures import plt, save_figure
+from taskgeom.artifacts.tables import write_table
+from taskgeom.diagnostics import regime
+from taskgeom.evaluate.stats import spearman, summarize
+from taskgeom.pipeline.runtime import StageContext
 
 PAPER_OUTPUT_DIM = {"camera": 9, "cls": 768}  # the paper's M where the regime rule needs it (VGGT: one frame)
 

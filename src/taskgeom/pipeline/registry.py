@@ -3,7 +3,7 @@
 Each stage is one ``taskgeom STAGE`` subcommand. Its named inputs, outputs and
 parameter keys are declared here once; ``dvc.yaml`` is generated from this table
 (``taskgeom dvc-yaml``) and the Snakemake rules in ``rules/*.smk`` read it through
-``taskgeom.dag``. Paths are templates over the stage's wildcard, written
+``taskgeom.pipeline.dag``. Paths are templates over the stage's wildcard, written
 ``{model}``; a ``Collect`` input gathers one file per value of a parameter list
 (Snakemake expands it; DVC depends on the directory that holds them). A stage whose
 ``foreach`` key holds a mapping (name -> settings, e.g. the diagnostic's probes) is
@@ -19,6 +19,8 @@ which stops Snakemake before it builds its DAG, so Snakemake has no such rule.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from taskgeom.pipeline.codedeps import code_files
 
 
 @dataclass(frozen=True)
@@ -36,12 +38,10 @@ class Collect:
 @dataclass(frozen=True)
 class Stage:
     name: str
-    runner: str                          # "module:function" taking a StageContext
     help: str
     deps: dict[str, str | Collect] = field(default_factory=dict)
     outs: dict[str, str] = field(default_factory=dict)
     params: tuple[str, ...] = ()         # dotted params keys, may use the wildcard
-    code: tuple[str, ...] = ()           # source files whose change reruns the stage
     wildcard: str | None = None          # e.g. "model"
     foreach: str | None = None           # params key of the wildcard's values (a list, or a mapping if keyed)
     keyed: bool = False                  # foreach is a mapping; templates may use {wildcard.field}
@@ -50,6 +50,16 @@ class Stage:
     runtime: int = 10                    # minutes, for cluster schedulers
     gpu: bool = False                    # benefits from a GPU (device: auto uses one)
     dvc_only: bool = False               # a stage only DVC needs (see check-params)
+
+    @property
+    def runner(self) -> str:
+        """The module that runs it: ``taskgeom prune-dense`` runs ``taskgeom.stages.prune_dense``."""
+        return f"taskgeom.stages.{self.name.replace('-', '_')}"
+
+    @property
+    def code(self) -> tuple[str, ...]:
+        """Source files whose change reruns the stage: its runner's import closure (``codedeps``)."""
+        return code_files(self.runner)
 
     @property
     def log(self) -> str:
@@ -86,23 +96,18 @@ PRUNE_TABLES = ("table2", "resolutions", "schedules", "second_domain", "baseline
 PRUNE_FIGURES = ("prune_degradation", "prune_maps")
 RETRIEVAL_TABLES = ("table14", "table15", "ablation", "two_stage")
 RETRIEVAL_FIGURES = ("retrieval_distances", "retrieval_examples")
-PRUNE_CODE = tuple(f"{PKG}/prune/{m}.py" for m in (
-    "tome", "evit", "select", "scores", "soft_merge", "timm_blocks", "cls_merge", "llf", "evaluation"))
 PRUNE_SETTINGS = ("prune.ratios", "prune.seeds", "prune.images", "prune.batch_size", "prune.domains", "prune.resolutions")
 
 STAGES: tuple[Stage, ...] = (
     Stage(
         name="check-params",
-        runner="taskgeom.config:run_check",
         help="Validate params.yaml against the schema before anything else runs (every stage depends on it).",
         deps={"params": "params.yaml", "schema": f"{PKG}/params.schema.yaml"},
         outs={"ok": PARAMS_OK},
-        code=(f"{PKG}/config.py",),
         dvc_only=True,
     ),
     Stage(
         name="fetch",
-        runner="taskgeom.data.fetch:run",
         help="Render the synthetic RGB-D world (or index the real data sets) into HDF5, with a summary and a figure.",
         deps={"params_ok": PARAMS_OK},
         outs={
@@ -113,14 +118,11 @@ STAGES: tuple[Stage, ...] = (
             "figure_pdf": "results/figures/world_samples.pdf",
         },
         params=("world", "real"),
-        code=(f"{PKG}/data/world.py", f"{PKG}/data/real.py", f"{PKG}/data/fetch.py", f"{PKG}/data/hdf5.py",
-              f"{PKG}/report/figures.py"),
         mem_mb=4000,
         runtime=30,
     ),
     Stage(
         name="zoo",
-        runner="taskgeom.models.train:run",
         help="Train one tiny zoo model on the synthetic world and evaluate it on the held-out split.",
         deps={"params_ok": PARAMS_OK, **{k: v for k, v in WORLD_FILES.items() if k != "val"}},
         outs={
@@ -130,9 +132,6 @@ STAGES: tuple[Stage, ...] = (
             "curve": "results/zoo/{model}_curve.csv",
         },
         params=("zoo.{model}", "device"),
-        code=(f"{PKG}/models/train.py", f"{PKG}/models/zoo.py", f"{PKG}/models/host.py", f"{PKG}/models/vit.py",
-              f"{PKG}/models/dpt.py", f"{PKG}/models/multiview.py", f"{PKG}/models/pretrained.py",
-              f"{PKG}/models/adapters.py", f"{PKG}/evaluate/tasks.py", f"{PKG}/data/splits.py", f"{PKG}/data/hdf5.py"),
         wildcard="model",
         foreach="zoo.models",
         threads=1,
@@ -142,25 +141,19 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="zoo-table",
-        runner="taskgeom.report.zoo_table:run",
         help="Tabulate every zoo model's held-out metrics against its trivial baseline.",
         deps={"params_ok": PARAMS_OK, "metrics": Collect("results/zoo/{item}.json", over="zoo.models")},
         outs={"csv": "results/zoo_table.csv", "md": "results/zoo_table.md", "tex": "results/zoo_table.tex"},
         params=("zoo.models",),
-        code=(f"{PKG}/report/zoo_table.py", f"{PKG}/report/tables.py"),
     ),
     Stage(
         name="diagnose",
-        runner="taskgeom.diagnostic_sweep:run",
         help="The tractability diagnostic (κ_cap(r), erank, r_0.90, token CV) of one probe over the test images.",
         deps={"params_ok": PARAMS_OK, "test": WORLD_FILES["test"], "mv_test": WORLD_FILES["mv_test"],
               "weights": "data/zoo/{probe.model}/model.safetensors", "config": "data/zoo/{probe.model}/config.json"},
         outs={"summary": "results/diagnose/probes/{probe}.json", "arrays": "results/diagnose/probes/{probe}.h5"},
         params=("diagnose.probes.{probe}", "diagnose.images", "diagnose.estimator", "diagnose.dense",
                 "diagnose.power_table", "diagnose.bootstrap", "diagnose.regimes", "device"),
-        code=(f"{PKG}/diagnostic_sweep.py", f"{PKG}/diagnostics.py", f"{PKG}/probes.py",
-              *(f"{PKG}/linalg/{m}.py" for m in ("operator", "sketch", "trace", "lanczos", "dense")),
-              f"{PKG}/evaluate/stats.py", f"{PKG}/models/host.py"),
         wildcard="probe",
         foreach="diagnose.probes",
         keyed=True,
@@ -171,7 +164,6 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="diagnose-tables",
-        runner="taskgeom.report.diagnostic_tables:run",
         help="Table 1 (beside the paper's), the power-iteration table, the output-metric comparison, the "
              "accuracy against the dense reference, and the spectra / κ_cap(r) figures.",
         deps={"params_ok": PARAMS_OK,
@@ -182,11 +174,9 @@ STAGES: tuple[Stage, ...] = (
               **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in ("spectra", "kappa_curves")
                  for ext in ("png", "pdf")}},
         params=("diagnose.probes", "diagnose.estimator", "diagnose.bootstrap", "diagnose.regimes"),
-        code=(f"{PKG}/report/diagnostic_tables.py", f"{PKG}/report/tables.py", f"{PKG}/report/figures.py"),
     ),
     Stage(
         name="vae",
-        runner="taskgeom.metric.train_vae:run",
         help="Train a VAE bottleneck before a dense decoder; report reconstruction quality and the latent "
              "probe's diagnostic beside the original probe's (paper §6).",
         deps={"params_ok": PARAMS_OK, "mv_train": WORLD_FILES["mv_train"], "mv_test": WORLD_FILES["mv_test"],
@@ -194,8 +184,6 @@ STAGES: tuple[Stage, ...] = (
         outs={"weights": "data/vae/{vae}/model.safetensors", "config": "data/vae/{vae}/config.json",
               "metrics": "results/vae/{vae}.json", "curve": "results/vae/{vae}_curve.csv"},
         params=("vae.{vae}", "diagnose.estimator", "learn.bootstrap", "device"),
-        code=(f"{PKG}/metric/train_vae.py", f"{PKG}/metric/vae.py", f"{PKG}/metric/fit.py", f"{PKG}/models/host.py",
-              f"{PKG}/diagnostics.py", f"{PKG}/probes.py"),
         wildcard="vae",
         foreach="vae",
         keyed=True,
@@ -206,15 +194,12 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="targets",
-        runner="taskgeom.targets:run",
         help="Cache one probe's Jacobian targets (RandNLA top-r modes at q = 1 and params' q, e_t, ‖J_t‖_F², "
              "dense ones when small) for its train / val / test images in HDF5, resumably.",
         deps={"params_ok": PARAMS_OK, **WORLD_FILES,
               "weights": "data/{probe.host}/model.safetensors", "config": "data/{probe.host}/config.json"},
         outs={split: f"data/targets/{{probe}}/{split}.h5" for split in TARGET_SPLITS},
         params=("learn.probes.{probe}", "learn.targets", "learn.r", "device"),
-        code=(f"{PKG}/targets.py", f"{PKG}/probes.py", f"{PKG}/data/hdf5.py", f"{PKG}/metric/vae.py",
-              *(f"{PKG}/linalg/{m}.py" for m in ("operator", "sketch", "trace"))),
         wildcard="probe",
         foreach="learn.probes",
         keyed=True,
@@ -225,14 +210,12 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="spn",
-        runner="taskgeom.metric.train_spn:run",
         help="Train one probe's Spectral Pullback Network from exact and RandNLA (q = 1, params' q) targets; "
              "subspace alignment V1 on held-out images against a random-init floor (Table 13).",
         deps={"params_ok": PARAMS_OK, "train": "data/targets/{probe}/train.h5", "test": "data/targets/{probe}/test.h5"},
         outs={"weights": "data/spn/{probe}/model.safetensors", "config": "data/spn/{probe}/config.json",
               "metrics": "results/spn/{probe}.json", "curve": "results/spn/{probe}_curve.csv"},
         params=("learn.spn.{probe}", "learn.targets.power_iters", "learn.bootstrap", "device"),
-        code=(f"{PKG}/metric/train_spn.py", f"{PKG}/metric/spn.py", f"{PKG}/metric/fit.py", f"{PKG}/targets.py"),
         wildcard="probe",
         foreach="learn.spn",
         keyed=True,
@@ -242,14 +225,12 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="head",
-        runner="taskgeom.metric.train_head:run",
         help="Train one importance-head configuration over its seeds; Spearman ρ against its target on "
              "held-out images (§5.4, App. F ablations).",
         deps={"params_ok": PARAMS_OK, **{split: f"data/targets/{{head.probe}}/{split}.h5" for split in TARGET_SPLITS}},
         outs={"weights": "data/heads/{head}/model.safetensors", "config": "data/heads/{head}/config.json",
               "metrics": "results/heads/{head}.json", "curve": "results/heads/{head}_curve.csv"},
         params=("learn.heads.{head}", "learn.head_defaults", "learn.targets.power_iters", "learn.bootstrap", "device"),
-        code=(f"{PKG}/metric/train_head.py", f"{PKG}/metric/head.py", f"{PKG}/metric/fit.py", f"{PKG}/targets.py"),
         wildcard="head",
         foreach="learn.heads",
         keyed=True,
@@ -259,7 +240,6 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="metric-tables",
-        runner="taskgeom.report.metric_tables:run",
         help="Importance-head ρ per probe, its ablations, Table 13 (SPN V1), the VAE comparison, beside the "
              "paper's figures; importance maps and training curves.",
         deps={"params_ok": PARAMS_OK,
@@ -273,11 +253,9 @@ STAGES: tuple[Stage, ...] = (
               "paper_numbers": "references/paper_numbers.yaml"},
         outs={**{f"{t}_{ext}": f"results/metric/{t}.{ext}" for t in METRIC_TABLES for ext in ("csv", "md", "tex")},
               **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in METRIC_FIGURES for ext in ("png", "pdf")}},
-        code=(f"{PKG}/report/metric_tables.py", f"{PKG}/report/tables.py", f"{PKG}/report/figures.py"),
     ),
     Stage(
         name="prune-cls",
-        runner="taskgeom.prune.run_cls:run",
         help="Token reduction in a frozen CLS model: importance-guided soft merge against ToMe, ToMe scoring, "
              "EViT and random; CLS degradation per ratio, domain and resolution, k-NN accuracy (§7.1).",
         deps={"params_ok": PARAMS_OK, "train": WORLD_FILES["train"], "test": WORLD_FILES["test"],
@@ -286,8 +264,6 @@ STAGES: tuple[Stage, ...] = (
               "spn_weights": "data/spn/{cls.spn}/model.safetensors", "spn_config": "data/spn/{cls.spn}/config.json"},
         outs={"table": "results/prune/cls/{cls}.csv", "summary": "results/prune/cls/{cls}.json"},
         params=("prune.cls.{cls}", *PRUNE_SETTINGS, "prune.knn", "learn.bootstrap", "device"),
-        code=(f"{PKG}/prune/run_cls.py", *PRUNE_CODE, f"{PKG}/evaluate/knn.py", f"{PKG}/evaluate/stats.py",
-              f"{PKG}/metric/checkpoint.py", f"{PKG}/metric/positions.py"),
         wildcard="cls",
         foreach="prune.cls",
         keyed=True,
@@ -296,7 +272,6 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="prune-dense",
-        runner="taskgeom.prune.run_dense:run",
         help="Hard prune + Last-Layer Fusion in a frozen dense model: importance against ToMe, ToMe scoring, EViT "
              "and random per schedule, ratio, domain and resolution, LLF on and off (§7.2); Figure 2's maps.",
         deps={"params_ok": PARAMS_OK, "test": WORLD_FILES["test"],
@@ -306,8 +281,6 @@ STAGES: tuple[Stage, ...] = (
         outs={"table": "results/prune/dense/{dense}.csv", "summary": "results/prune/dense/{dense}.json"},
         params=("prune.dense.{dense}", *PRUNE_SETTINGS, "learn.bootstrap", "learn.probes", "learn.targets.power_iters",
                 "device"),
-        code=(f"{PKG}/prune/run_dense.py", *PRUNE_CODE, f"{PKG}/evaluate/stats.py", f"{PKG}/evaluate/tasks.py",
-              f"{PKG}/metric/checkpoint.py", f"{PKG}/metric/positions.py"),
         wildcard="dense",
         foreach="prune.dense",
         keyed=True,
@@ -316,7 +289,6 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="prune-speed",
-        runner="taskgeom.prune.run_speed:run",
         help="FLOPs removed and measured wall-clock speedup of every pruning method against the unpruned dense "
              "model, per ratio, schedule and resolution (scoring and reinsertion included).",
         deps={"params_ok": PARAMS_OK, "test": WORLD_FILES["test"],
@@ -326,7 +298,6 @@ STAGES: tuple[Stage, ...] = (
         outs={"table": "results/prune/speed/{dense}.csv"},
         params=("prune.dense.{dense}", "prune.ratios", "prune.seeds", "prune.domains", "prune.resolutions",
                 "prune.speed", "device"),
-        code=(f"{PKG}/prune/run_speed.py", *PRUNE_CODE, f"{PKG}/evaluate/cost.py"),
         wildcard="dense",
         foreach="prune.dense",
         keyed=True,
@@ -336,7 +307,6 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="prune-tables",
-        runner="taskgeom.report.prune_tables:run",
         help="Table 2 (both halves), the resolution and schedule tables (4, 5), the second-domain table, the "
              "baselines table (12), k-NN accuracy and speed, beside the paper's figures; degradation curves and "
              "Figure 2's importance / ToMe maps.",
@@ -350,11 +320,9 @@ STAGES: tuple[Stage, ...] = (
               "paper_numbers": "references/paper_numbers.yaml"},
         outs={**{f"{t}_{ext}": f"results/prune/{t}.{ext}" for t in PRUNE_TABLES for ext in ("csv", "md", "tex")},
               **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in PRUNE_FIGURES for ext in ("png", "pdf")}},
-        code=(f"{PKG}/report/prune_tables.py", f"{PKG}/report/tables.py", f"{PKG}/report/figures.py"),
     ),
     Stage(
         name="retrieval",
-        runner="taskgeom.retrieval.run:run",
         help="Train the Decoder Retrieval Metric of one probe (regression on decoder-output distances + distillation "
              "of token importance, and both ablations); rank test galleries by it, L2 and cosine (App. K).",
         deps={"params_ok": PARAMS_OK, "train": WORLD_FILES["train"], "test": WORLD_FILES["test"],
@@ -367,8 +335,6 @@ STAGES: tuple[Stage, ...] = (
               "metrics": "results/retrieval/runs/{retrieval}.json",
               "curve": "results/retrieval/runs/{retrieval}_curve.csv"},
         params=("retrieval.{retrieval}", "learn.bootstrap", "learn.targets.power_iters", "device"),
-        code=(f"{PKG}/retrieval/run.py", f"{PKG}/retrieval/drm.py", f"{PKG}/retrieval/evaluate.py",
-              f"{PKG}/metric/head.py", f"{PKG}/metric/checkpoint.py", f"{PKG}/evaluate/stats.py"),
         wildcard="retrieval",
         foreach="retrieval",
         keyed=True,
@@ -377,7 +343,6 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="retrieval-tables",
-        runner="taskgeom.report.retrieval_tables:run",
         help="Tables 14 (in-distribution) and 15 (cross-domain), the ablation and the two-stage search, beside the "
              "paper's; predicted vs true decoder distance and example retrievals.",
         deps={"params_ok": PARAMS_OK, "metrics": Collect("results/retrieval/runs/{item}.json", over="retrieval"),
@@ -385,11 +350,9 @@ STAGES: tuple[Stage, ...] = (
               "test": WORLD_FILES["test"], "paper_numbers": "references/paper_numbers.yaml"},
         outs={**{f"{t}_{ext}": f"results/retrieval/{t}.{ext}" for t in RETRIEVAL_TABLES for ext in ("csv", "md", "tex")},
               **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in RETRIEVAL_FIGURES for ext in ("png", "pdf")}},
-        code=(f"{PKG}/report/retrieval_tables.py", f"{PKG}/report/tables.py", f"{PKG}/report/figures.py"),
     ),
     Stage(
         name="report",
-        runner="taskgeom.report.report:run",
         help="Assemble every table that exists into results/REPORT.md, beside the paper's figures.",
         deps={
             "params_ok": PARAMS_OK,
@@ -403,7 +366,6 @@ STAGES: tuple[Stage, ...] = (
         },
         outs={"report": "results/REPORT.md"},
         params=("profile",),
-        code=(f"{PKG}/report/report.py", f"{PKG}/report/tables.py"),
     ),
 )
 
@@ -423,7 +385,7 @@ def fill(template: str, stage_: Stage, value: str | None, params: dict | None = 
     if not stage_.wildcard or value is None:
         return template
     if stage_.keyed and f"{{{stage_.wildcard}." in template:
-        from .config import get
+        from taskgeom.pipeline.config import get
 
         item = get(params, stage_.foreach)[value]
         for key, field_value in item.items():
@@ -433,7 +395,7 @@ def fill(template: str, stage_: Stage, value: str | None, params: dict | None = 
 
 def final_outputs(params: dict) -> list[str]:
     """Every output of every Snakemake stage, wildcards expanded from ``params`` (its `all`)."""
-    from .config import get
+    from taskgeom.pipeline.config import get
 
     paths = []
     for s in STAGES:

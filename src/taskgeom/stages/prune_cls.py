@@ -16,13 +16,23 @@ import pandas as pd
 import torch
 import torch.nn.functional as F_
 
-from ..data.splits import to_input
-from ..evaluate.knn import knn_correct
-from ..models.host import run_decoder
-from ..report.tables import write_table
-from ..runtime import StageContext, write_json
-from .cls_merge import merged_forward
-from .evaluation import batched, generator, load_host, load_learned, seed_runs, settings, summary_rows, world_batch
+from taskgeom.artifacts.atomic import write_json
+from taskgeom.artifacts.tables import write_table
+from taskgeom.data.splits import to_input
+from taskgeom.evaluate.knn import knn_correct
+from taskgeom.models.host import run_decoder
+from taskgeom.pipeline.runtime import StageContext
+from taskgeom.prune.cls_merge import merged_forward
+from taskgeom.prune.protocol import (
+    batched,
+    generator,
+    load_host,
+    load_learned,
+    seed_runs,
+    settings,
+    summary_rows,
+    world_batch,
+)
 
 
 def run(ctx: StageContext) -> None:

@@ -6,8 +6,8 @@ import json
 
 import pandas as pd
 
-from ..runtime import StageContext
-from .tables import write_table
+from taskgeom.artifacts.tables import write_table
+from taskgeom.pipeline.runtime import StageContext
 
 LOWER_IS_BETTER = {"abs_rel", "rot_err_deg", "trans_err_m", "point_err_m"}
 

@@ -1,0 +1,45 @@
+"""Writing files atomically: a reader never sees a half-written output, and a failed
+write leaves the previous file in place."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from taskgeom.artifacts.provenance import header_line
+
+UMASK = os.umask(0)
+os.umask(UMASK)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it over ``path`` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~UMASK)  # mkstemp makes 0600; give the usual permissions
+        os.replace(tmp_path, path)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+def write_text(path: str | Path, text: str, provenance: dict | None = None) -> None:
+    """Write ``text`` atomically; with ``provenance``, a first line records it (.csv, .md, .tex)."""
+    if provenance is not None:
+        text = header_line(provenance, Path(path).suffix) + text
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")

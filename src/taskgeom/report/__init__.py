@@ -1,1 +1,0 @@
-"""Tables, figures and REPORT.md."""

@@ -1,0 +1,113 @@
+"""The ``zoo`` stage: train one tiny model on the synthetic world, evaluate it on the
+held-out split against a trivial baseline, and save it; or import one of the paper's models
+from its local weights and evaluate it zero-shot.
+
+Training is resumable and deterministic: the batch of step s depends only on
+(seed, s), and every ``CHECKPOINT_EVERY`` steps the model, the optimizer and the
+loss curve go to one safetensors file under ``.partial/``, so a killed run restarts
+there and ends with the same weights as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from taskgeom.artifacts.atomic import write_json
+from taskgeom.artifacts.tables import write_table
+from taskgeom.data.splits import read_world, world_max_depth
+from taskgeom.models import pretrained
+from taskgeom.models.host import param_count
+from taskgeom.models.train import TASKS, Task, learning_rate, load_state, mv_targets, sample_batch, save_state
+from taskgeom.models.zoo import architecture, save, seeded
+from taskgeom.pipeline.runtime import StageContext
+
+CHECKPOINT_EVERY = 100
+LOG_EVERY = 25
+
+
+def train(ctx: StageContext, model: nn.Module, task: Task, data: dict[str, np.ndarray], cfg: dict,
+          partial: Path, max_depth: float) -> list[tuple[int, float]]:
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "pos_embed" not in n and "token" not in n]
+    other = [p for n, p in model.named_parameters() if not any(p is q for q in decay)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["weight_decay"]},
+                             {"params": other, "weight_decay": 0.0}], lr=cfg["lr"])
+    tag = json.dumps(cfg, sort_keys=True)
+    start, curve, window = load_state(partial, model, opt, tag)
+    if start:
+        ctx.log.info("resuming at step %d of %d from %s", start, cfg["steps"], partial)
+    model.train()
+    for step in ctx.progress(range(start, cfg["steps"]), desc=f"train {ctx.wildcard}", total=cfg["steps"] - start):
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(step, cfg["steps"], cfg["lr"])
+        batch = sample_batch(data, step, cfg["seed"], cfg["batch_size"], task.flip)
+        b = {k: torch.as_tensor(v).to(ctx.device) for k, v in batch.items()} | {"max_depth": max_depth}
+        loss = task.loss(model, b)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        window.append(loss.item())
+        if (step + 1) % LOG_EVERY == 0 or step + 1 == cfg["steps"]:
+            curve.append((step + 1, float(np.mean(window))))
+            ctx.log.info("step %d/%d loss %.4f", step + 1, cfg["steps"], curve[-1][1])
+            window = []
+        if (step + 1) % CHECKPOINT_EVERY == 0 and step + 1 < cfg["steps"]:
+            save_state(partial, model, opt, step + 1, curve, window, tag)
+    model.eval()
+    return curve
+
+
+def load_task_data(path: Path, task: Task) -> dict[str, np.ndarray]:
+    data = read_world(path, keys=task.keys)
+    return mv_targets(data) if "cam_to_world" in task.keys else data
+
+
+def run_pretrained(ctx: StageContext, cfg: dict, max_depth: float) -> None:
+    """Import one of the paper's models from its local weights and evaluate it zero-shot."""
+    host = pretrained.load(cfg, ctx.device)
+    metrics = {k: round(v, 6) for k, v in pretrained.evaluate(ctx.inputs, host, cfg, max_depth, ctx.device).items()}
+    ctx.log.info("%s zero-shot on the world: %s", ctx.wildcard, metrics)
+    save(host, pretrained.architecture(cfg), ctx.outputs["weights"], ctx.outputs["config"],
+         ctx.provenance(), {"parameters": param_count(host), "weights_source": str(cfg["path"])})
+    write_json(ctx.outputs["metrics"], {"model": ctx.wildcard, "kind": "pretrained", "metrics": metrics,
+                                        "parameters": param_count(host), "steps": 0, "provenance": ctx.provenance(),
+                                        "test_scenes": len(read_world(ctx.inputs["test"], keys=("label",))["label"])})
+    write_table(pd.DataFrame(columns=["step", "train_loss"]), ctx.outputs["curve"], provenance=ctx.provenance())
+
+
+def run(ctx: StageContext) -> None:
+    name = ctx.wildcard
+    cfg = ctx.params["zoo"][name]
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    if cfg["kind"] == "pretrained":
+        return run_pretrained(ctx, cfg, world_max_depth(ctx.inputs["test"]))
+    task = TASKS[cfg["kind"]]
+    train_data = load_task_data(ctx.inputs[task.splits[0]], task)
+    test_data = load_task_data(ctx.inputs[task.splits[1]], task)
+    max_depth = world_max_depth(ctx.inputs[task.splits[0]])
+    img_size = train_data["rgb"].shape[-2]
+    arch = architecture(cfg, img_size)
+    model = seeded(cfg["seed"], arch).to(ctx.device)
+    ctx.log.info("%s: %s, %d parameters, %d training scenes", name, cfg["kind"], param_count(model),
+                 len(train_data["label"]))
+    partial = ctx.outputs["weights"].parent / ".partial" / "train_state.safetensors"
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    curve = train(ctx, model, task, train_data, cfg, partial, max_depth)
+    metrics = task.evaluate(model, test_data, train_data, max_depth)
+    metrics = {k: round(v, 6) for k, v in metrics.items()}
+    ctx.log.info("%s held-out: %s", name, metrics)
+    meta = {"parameters": param_count(model), "train_scenes": len(train_data["label"]),
+            "test_scenes": len(test_data["label"])}
+    save(model, arch, ctx.outputs["weights"], ctx.outputs["config"], ctx.provenance(), meta)
+    write_json(ctx.outputs["metrics"], {"model": name, "kind": cfg["kind"], "metrics": metrics,
+                                        "provenance": ctx.provenance(),
+                                        "parameters": param_count(model), "steps": cfg["steps"],
+                                        "test_scenes": len(test_data["label"])})
+    write_table(pd.DataFrame(curve, columns=["step", "train_loss"]), ctx.outputs["curve"], provenance=ctx.provenance())
+    partial.unlink(missing_ok=True)
