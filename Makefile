@@ -1,12 +1,12 @@
 # The two commands a newcomer needs:
 #   make reproduce   build .venv from envs/requirements.lock, then regenerate every result (snakemake)
-#   make test        build .venv the same way, then run the test suite
+#   make test        build .venv the same way, then lint (ruff) and run the test suite
 SHELL := /bin/bash
 VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 CORES ?= 2
 
-.PHONY: venv reproduce test test-fast lock dvc-yaml clean-venv
+.PHONY: venv reproduce test test-fast lint lock dvc-yaml clean-venv
 
 venv:
 	bash envs/setup-venv.sh
@@ -14,11 +14,14 @@ venv:
 reproduce: venv
 	snakemake --cores $(CORES)
 
-test: venv
+test: venv lint
 	python -m pytest -q
 
-test-fast: venv
+test-fast: venv lint
 	python -m pytest -q -m "not pipeline and not slurm"
+
+lint: venv
+	ruff check .
 
 dvc-yaml: venv
 	taskgeom dvc-yaml

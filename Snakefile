@@ -1,7 +1,8 @@
 # taskgeom pipeline. `snakemake -c2` regenerates every result of params.yaml's profile.
 # The rules are drawn from the stage registry in src/taskgeom/pipeline/registry.py, the same
 # table dvc.yaml is generated from, so both front ends run the same commands: `stage_rules`
-# below makes one rule per stage, and each file in rules/ calls it for one area of the DAG.
+# (rules/common.smk) makes one rule per stage, and each other file in rules/ calls it for one
+# area of the DAG.
 import sys
 
 from snakemake.utils import min_version, validate
@@ -32,44 +33,13 @@ wildcard_constraints:
     retrieval="[a-z0-9][a-z0-9-]*",
 
 
-def stage_rule(name):
-    """The rule of one registry stage, named after it (``zoo-table`` -> ``zoo_table``). A
-    function per rule, so each rule's shell command and params close over their own stage."""
-    r = snakemake_rule(name, config)
-
-    rule:
-        name:
-            name.replace("-", "_")
-        input:
-            **r.input,
-        output:
-            **r.output,
-        params:
-            **r.params,
-        log:
-            r.log,
-        benchmark:
-            r.benchmark
-        threads: r.threads
-        resources:
-            **r.resources,
-        conda:
-            f"{workflow.basedir}/envs/environment.yaml"
-        shell:
-            r.shell
-
-
-def stage_rules(*names):
-    for name in names:
-        stage_rule(name)
-
-
 rule all:
     default_target: True
     input:
         final_outputs(config),
 
 
+include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/zoo.smk"
 include: "rules/diagnose.smk"

@@ -161,7 +161,8 @@ def measure(name: str, pm: ProbeMap, images, dense_max: int, device: str, weight
             row |= {"dense_s": dense_s, "speedup_vs_dense": dense_s / seconds, **accuracy(d, e)}
         rows.append(row)
         print(f"{name} image {i}: {row['forward_equivalents']:.0f} forward-equivalents, {d.products} products"
-              + (f", dense ×{row['speedup_vs_dense']:.1f} slower, |Δκ| {row['kappa_abs']:.4f}" if "dense_s" in row else ""),
+              + (f", dense ×{row['speedup_vs_dense']:.1f} slower, |Δκ| {row['kappa_abs']:.4f}"
+                 if "dense_s" in row else ""),
               flush=True)
     return rows
 

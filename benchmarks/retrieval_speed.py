@@ -6,7 +6,8 @@ Galleries are the layer-L features of the world's training images (the probe of 
 first `retrieval` entry); the DRM is the `retrieval` stage's (data/retrieval/<name>/). Gallery
 embeddings (projections and token weights; for cosine the normalised features) are computed once,
 as an index would store them; the timed query includes embedding the query. The DRM's index holds
-N·k numbers per image against cosine's N·D, so a full DRM scan can cost less than cosine's. Every distance is a batched matrix product or gather
+N·k numbers per image against cosine's N·D, so a full DRM scan can cost less than cosine's. \
+Every distance is a batched matrix product or gather
 (`taskgeom.retrieval.drm.cross_distance`, `pair_distance`), never a loop over pairs.
 
 Results: results/benchmarks/retrieval_speed.{csv,md}.
@@ -62,7 +63,8 @@ def main() -> None:
     name, cfg = next(iter(params["retrieval"].items()))
     host = freeze(zoo.load_named(cfg["model"]))
     drm = load_drm(f"data/retrieval/{name}/model.safetensors", f"data/retrieval/{name}/config.json")
-    gallery_all = features(host, cfg["layer"], read_world("data/world/train.h5", keys=("rgb",), limit=max(args.sizes))["rgb"])
+    gallery_all = features(host, cfg["layer"],
+                           read_world("data/world/train.h5", keys=("rgb",), limit=max(args.sizes))["rgb"])
     queries = features(host, cfg["layer"], read_world("data/world/test.h5", keys=("rgb",), limit=args.queries)["rgb"])
     rows = []
     with torch.no_grad():
@@ -100,7 +102,8 @@ def main() -> None:
     df = pd.DataFrame(rows)
     OUT.mkdir(parents=True, exist_ok=True)
     df.to_csv(OUT / "retrieval_speed.csv", index=False, float_format="%.4g")
-    header = (f"Retrieval search cost, {args.queries} queries, best of 3, on {machine('cpu')}, taskgeom {code_version()}. "
+    header = (f"Retrieval search cost, {args.queries} queries, best of 3, on {machine('cpu')}, "
+              f"taskgeom {code_version()}. "
               f"k = {args.k}.\n\n")
     write_text(OUT / "retrieval_speed.md", header + df.to_markdown(index=False, floatfmt=".4g") + "\n")
     print(df.to_markdown(index=False, floatfmt=".4g"))

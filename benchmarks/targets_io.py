@@ -56,7 +56,8 @@ def targets_rate(params: dict, name: str, images: int) -> dict:
     qs = tuple(sorted({1, settings["power_iters"]}))
     start, products = time.perf_counter(), 0
     for i, image in enumerate(x):
-        rows = image_targets(pm.at(image), test.r, qs, settings["oversample"], settings["block_norm_probes"], i, test.exact)
+        rows = image_targets(pm.at(image), test.r, qs, settings["oversample"], settings["block_norm_probes"], i,
+                             test.exact)
         products += int(rows["products"])
     seconds = time.perf_counter() - start
     return {"targets_per_s": len(x) / seconds, "s_per_image": seconds / len(x), "products_per_image": products / len(x),

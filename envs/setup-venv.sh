@@ -4,8 +4,8 @@
 # The pinned packages (about 6 GB with torch) are installed once into a cache
 # directory keyed by the lock's hash and the Python version, and shared by every
 # clone on the machine; .venv is a small per-clone venv that sees them through a
-# .pth file and holds this clone's editable `taskgeom` plus `snakemake`, `dvc`
-# and `pytest` launchers. On a fresh machine the same command builds everything.
+# .pth file and holds this clone's editable `taskgeom` plus `snakemake`, `dvc`,
+# `pytest` and `ruff` launchers. On a fresh machine the same command builds everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
@@ -31,7 +31,7 @@ if [[ ! -x .venv/bin/python || "$(cat .venv/.shared 2>/dev/null)" != "$shared" ]
   "$python" -m venv --without-pip .venv
   local_site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "import site; site.addsitedir('$site')" > "$local_site/00-taskgeom-shared.pth"
-  for tool in snakemake dvc pytest; do
+  for tool in snakemake dvc pytest ruff; do
     printf '#!/bin/sh\nexec "$(dirname "$0")/python" -m %s "$@"\n' "$tool" > ".venv/bin/$tool"
     chmod +x ".venv/bin/$tool"
   done

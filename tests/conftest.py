@@ -96,3 +96,33 @@ def smoke(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def smoke_digests(smoke: Path) -> dict[str, str]:
     return json.loads((smoke.parent / "digests.json").read_text())
+
+
+def snakemake_jobs(repo: Path) -> dict[str, dict]:
+    """Snakemake's jobs for a run from scratch, by shell command: rule, inputs, outputs."""
+    out = run(["snakemake", "-n", "--forceall", "--printshellcmds"], repo).stdout
+    jobs: dict[str, dict] = {}
+    job: dict = {}
+    for line in out.splitlines():
+        if line.startswith(("rule ", "localrule ")):
+            job = {"rule": line.split()[1].rstrip(":"), "inputs": set(), "outputs": set()}
+        elif line.startswith("    input: ") and job:
+            job["inputs"] = set(line.removeprefix("    input: ").split(", "))
+        elif line.startswith("    output: ") and job:
+            job["outputs"] = set(line.removeprefix("    output: ").split(", "))
+        elif line.startswith("Shell command: ") and job and job["rule"] != "all":
+            jobs[line.removeprefix("Shell command: ")] = job
+            job = {}
+    return jobs
+
+
+def dvc_stages(repo: Path) -> dict[str, dict]:
+    """DVC's stages (foreach expanded), by command: name, deps, outs, params keys."""
+    code = (
+        "import json; from dvc.repo import Repo; r = Repo('.');"
+        "print(json.dumps({s.cmd: {'name': s.addressing, "
+        "'deps': [d.def_path for d in s.deps if not hasattr(d, 'params')], "
+        "'params': [p for d in s.deps if hasattr(d, 'params') for p in d.params], "
+        "'outs': [o.def_path for o in s.outs]} for s in r.index.stages}))"
+    )
+    return json.loads(run(["python", "-c", code], repo).stdout)

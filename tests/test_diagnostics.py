@@ -215,7 +215,8 @@ def test_so3_output_metric_measures_rotation_by_its_geodesic_angle():
     angle = lambda a, b: 2 * torch.arccos((a / a.norm() @ (b / b.norm())).abs().clamp(max=1))
     dy = torch.cat([torch.zeros(3, dtype=DT), dq, torch.zeros(2, dtype=DT)])
     assert float((L @ dy).norm()) == pytest.approx(float(angle(q, q + dq)), rel=1e-4)
-    assert float((L @ torch.cat([torch.zeros(3, dtype=DT), q, torch.zeros(2, dtype=DT)])).norm()) < 1e-12  # scale: no turn
+    # scale: no turn
+    assert float((L @ torch.cat([torch.zeros(3, dtype=DT), q, torch.zeros(2, dtype=DT)])).norm()) < 1e-12
     dt = torch.cat([torch.tensor([1e-3, 0, 0], dtype=DT), torch.zeros(6, dtype=DT)])
     assert float((L @ dt).norm()) == pytest.approx(1e-3)
     with pytest.raises(ValueError, match="camera encodings"):

@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-from conftest import run, run_together, tool_env
+from conftest import dvc_stages, run, run_together, tool_env
 
 import taskgeom
 from taskgeom.artifacts import provenance
@@ -32,65 +32,6 @@ TABLES = ("results/zoo_table.csv", "results/data/summary.csv", "results/REPORT.m
           *(f"results/prune/{t}.csv" for t in ("table2", "resolutions", "schedules", "second_domain", "baselines",
                                                "accuracy")),
           *(f"results/retrieval/{t}.csv" for t in ("table14", "table15", "ablation", "two_stage")))
-
-
-def snakemake_jobs(repo: Path) -> dict[str, dict]:
-    """Snakemake's jobs for a run from scratch, by shell command: rule, inputs, outputs."""
-    out = run(["snakemake", "-n", "--forceall", "--printshellcmds"], repo).stdout
-    jobs: dict[str, dict] = {}
-    job: dict = {}
-    for line in out.splitlines():
-        if line.startswith(("rule ", "localrule ")):
-            job = {"rule": line.split()[1].rstrip(":"), "inputs": set(), "outputs": set()}
-        elif line.startswith("    input: ") and job:
-            job["inputs"] = set(line.removeprefix("    input: ").split(", "))
-        elif line.startswith("    output: ") and job:
-            job["outputs"] = set(line.removeprefix("    output: ").split(", "))
-        elif line.startswith("Shell command: ") and job and job["rule"] != "all":
-            jobs[line.removeprefix("Shell command: ")] = job
-            job = {}
-    return jobs
-
-
-def dvc_stages(repo: Path) -> dict[str, dict]:
-    """DVC's stages (foreach expanded), by command: name, deps, outs, params keys."""
-    code = (
-        "import json; from dvc.repo import Repo; r = Repo('.');"
-        "print(json.dumps({s.cmd: {'name': s.addressing, "
-        "'deps': [d.def_path for d in s.deps if not hasattr(d, 'params')], "
-        "'params': [p for d in s.deps if hasattr(d, 'params') for p in d.params], "
-        "'outs': [o.def_path for o in s.outs]} for s in r.index.stages}))"
-    )
-    return json.loads(run(["python", "-c", code], repo).stdout)
-
-
-def test_snakemake_and_dvc_dags_agree(repo_copy: Path):
-    jobs, stages = snakemake_jobs(repo_copy), dvc_stages(repo_copy)
-    # DVC's check-params stage stands for the Snakefile's validate(config): no rule, no input
-    check = next(cmd for cmd, s in stages.items() if s["name"] == "check-params")
-    guard = stages.pop(check)["outs"]
-    for stage in stages.values():
-        stage["deps"] = [d for d in stage["deps"] if d not in guard]
-    assert set(jobs) == set(stages), "the two front ends run different commands"
-    for cmd, job in jobs.items():
-        stage = stages[cmd]
-        assert job["rule"] == stage["name"].split("@")[0].replace("-", "_")
-        assert job["outputs"] == set(stage["outs"]), cmd
-        # DVC depends on a directory where Snakemake lists the files it collects in it
-        for dep in job["inputs"]:
-            assert dep in stage["deps"] or any(dep.startswith(d + "/") for d in stage["deps"]), (cmd, dep)
-        for dep in stage["deps"]:
-            assert dep in job["inputs"] or any(i.startswith(dep + "/") for i in job["inputs"]), (cmd, dep)
-
-
-def test_snakemake_lint_is_clean(repo_copy: Path):
-    proc = run(["snakemake", "--lint"], repo_copy, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "Lints for" not in proc.stdout + proc.stderr
-
-
-def test_dvc_yaml_is_generated_from_the_registry(repo_copy: Path):
-    run(["taskgeom", "dvc-yaml", "--check"], repo_copy)
 
 
 def test_snakemake_run_leaves_the_tables_and_nothing_to_do(smoke: Path):
@@ -144,14 +85,15 @@ PERTURB = {  # one change under each params key a stage declares, and the stages
     "zoo.tiny-cls": (lambda p: p["zoo"]["tiny-cls"].update(lr=p["zoo"]["tiny-cls"]["lr"] * 2), {"zoo@tiny-cls"}),
     "zoo.tiny-mv": (lambda p: p["zoo"]["tiny-mv"].update(steps=p["zoo"]["tiny-mv"]["steps"] + 1), {"zoo@tiny-mv"}),
     "zoo.models": (lambda p: p["zoo"]["models"].reverse(), {"zoo-table"}),
-    "device": (lambda p: p.update(device="auto"), {"zoo@tiny-cls", "zoo@tiny-dpt", "zoo@tiny-mv", *PROBES, "vae@mv-depth",
-                                                  *TARGETS, *HEADS, *SPNS, *PRUNE_CLS, *PRUNE_DENSE, *PRUNE_SPEED,
-                                                  *RETRIEVAL}),
+    "device": (lambda p: p.update(device="auto"), {"zoo@tiny-cls", "zoo@tiny-dpt", "zoo@tiny-mv", *PROBES,
+                                                  "vae@mv-depth", *TARGETS, *HEADS, *SPNS, *PRUNE_CLS, *PRUNE_DENSE,
+                                                  *PRUNE_SPEED, *RETRIEVAL}),
     "profile": (lambda p: p.update(profile="default"), {"report"}),
     "diagnose.probes.dpt-depth-l4": (lambda p: p["diagnose"]["probes"]["dpt-depth-l4"].update(layers=[3]),
                                      {"diagnose@dpt-depth-l4", "diagnose-tables"}),
     "diagnose.images": (lambda p: p["diagnose"].update(images=1), set(PROBES)),
-    "diagnose.estimator": (lambda p: p["diagnose"]["estimator"].update(seed=1), {*PROBES, "diagnose-tables", "vae@mv-depth"}),
+    "diagnose.estimator": (lambda p: p["diagnose"]["estimator"].update(seed=1),
+                           {*PROBES, "diagnose-tables", "vae@mv-depth"}),
     "diagnose.dense": (lambda p: p["diagnose"]["dense"].update(images=0), set(PROBES)),
     "diagnose.power_table": (lambda p: p["diagnose"]["power_table"].update(q=[0, 2]), set(PROBES)),
     "diagnose.bootstrap": (lambda p: p["diagnose"]["bootstrap"].update(seed=1), {*PROBES, "diagnose-tables"}),
@@ -305,7 +247,7 @@ def s3_endpoint():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
-        url = "http://%s:%d" % server.get_host_and_port()
+        url = "http://{}:{}".format(*server.get_host_and_port())
         boto3.client("s3", endpoint_url=url, region_name="us-east-1", **S3_KEYS).create_bucket(Bucket=S3_BUCKET)
         yield url
     finally:
@@ -434,6 +376,7 @@ def test_killed_stages_leave_no_half_written_file_and_resume_to_the_same_result(
         with h5py.File(reference / f"data/world/{split}.h5") as a, h5py.File(repo_copy / f"data/world/{split}.h5") as b:
             np.testing.assert_array_equal(a["r64/rgb"][:], b["r64/rgb"][:])
             np.testing.assert_array_equal(a["r64/depth"][:], b["r64/depth"][:])
-        assert (reference / f"data/world/{split}.h5").read_bytes() == (repo_copy / f"data/world/{split}.h5").read_bytes()
+        world = f"data/world/{split}.h5"
+        assert (reference / world).read_bytes() == (repo_copy / world).read_bytes()
     for rel in ("data/zoo/tiny-dpt/model.safetensors", "results/zoo/tiny-dpt.json", "results/zoo/tiny-dpt_curve.csv"):
         assert (reference / rel).read_bytes() == (repo_copy / rel).read_bytes(), rel

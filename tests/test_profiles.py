@@ -56,6 +56,7 @@ def test_a_stage_runs_on_its_declared_threads_unless_snakemake_exports_others(ex
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
     if exported:
         env["OMP_NUM_THREADS"] = exported
-    code = "from taskgeom.pipeline.runtime import use_threads; use_threads(1); import torch; print(torch.get_num_threads())"
+    code = ("from taskgeom.pipeline.runtime import use_threads; use_threads(1); "
+            "import torch; print(torch.get_num_threads())")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert int(out) == expected

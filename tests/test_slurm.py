@@ -73,7 +73,8 @@ def run_bounded(cmd: list[str], cwd: Path, cluster: Cluster, limit: float = RUN_
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        raise AssertionError(f"{cmd} still running after {limit:.0f} s: killed\n{report(cwd, out, err, cluster)}")
+        raise AssertionError(
+            f"{cmd} still running after {limit:.0f} s: killed\n{report(cwd, out, err, cluster)}") from None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 

@@ -1,54 +1,53 @@
-"""The tractability diagnostic: κ_cap(r), effective rank, r_0.90 and token CV of a probe's
-Jacobian, matrix-free (``diagnose``) or from the dense Jacobian (``diagnose_exact``).
+"""The tractability diagnostic (paper §4.1, §4.3): κ_cap(r), effective rank, r_0.90 and token CV
+of a probe's Jacobian, matrix-free (``diagnose``) or from the dense Jacobian (``diagnose_exact``),
+and the regime they place the probe in (``regime``).
 
-Definitions (DESIGN.md, "Definitions"): g = JᵀJ, tr g = ‖J‖_F², σ_i descending;
+Definitions (docs/design.md, "Definitions"): g = JᵀJ, tr g = ‖J‖_F², σ_i descending;
 κ_cap(r) = Σ_{i≤r} σ_i² / ‖J‖_F²; erank = exp(−Σ p_i log p_i), p_i = σ_i² / ‖J‖_F²;
 r_0.90 = smallest r with κ_cap(r) ≥ 0.90; e_t = Σ_{i≤r} σ_i² ‖V_{t,i}‖²; CV = std_t(e)/mean_t(e).
 
-How ``diagnose`` spends its products (b = ``block``, default r; q = power_iters; s = lanczos_steps):
+How ``diagnose`` spends its products (b = ``block``, default r; q = ``power_iters``; s = ``lanczos_steps``):
 
 1. Sketch — randomized block Krylov (Musco & Musco 2015; ``linalg.block_krylov_svd``): q rounds
    of block power iteration from JᵀΩ, re-orthonormalised each round, keeping every block:
-   (2q + 2)·b products for a (q + 1)·b-column basis K with J K known exactly. Gives σ_1..σ_r, the
-   modes, and Hutch++'s exact part ‖J K‖_F² (Meyer et al. 2021): κ_cap's numerator and denominator
-   share one sketch.
-2. Residual — stochastic Lanczos quadrature (Ubaru, Chen & Saad 2017) on the deflated operator
-   (P g P, P = I − KKᵀ, run on the smaller of the input and output sides), in rounds of
-   ``probes_per_round`` Rademacher starts × s steps, closed by a Gauss–Radau rule with a node at 0
-   (``linalg.lanczos``), 2s products per start, plus ``trace_probes`` trace-only starts, one VJP
-   each (P Jᵀz). Rounds stop once the standard errors of
-   κ_cap (≤ kappa_atol) and of the entropy −Σ p log p (≤ entropy_atol nats) are small enough, or
-   when ``num_probes`` starts (the paper's m) are spent.
-   - ‖J‖_F² = ‖J K‖_F² + the mean of the residual's samples: each run's Hutchinson sample with
-     the other runs' vectors projected out and their energy counted exactly (leave-one-out, the
-     exchangeable principle of XTrace; Epperly, Tropp & Webber 2024), and the trace-only starts'
-     deflated by all runs' vectors (``linalg.trace``). The runs' vectors hold the residual's
-     leading directions, which carry most of Hutchinson's variance: on the tiny DPT's spread
-     probes this cut the error of ‖J‖_F² from 0.59–0.61% to 0.26–0.30% (rms over 120 runs).
+   (2q + 2)·b products for a (q + 1)·b-column basis K with J K known exactly. It gives σ_1..σ_r,
+   the modes, and Hutch++'s exact part ‖J K‖_F² (Meyer et al. 2021): κ_cap's numerator and
+   denominator share one sketch. When the basis would reach min(M, N·D), J is read whole with
+   min(M, N·D) products and everything is exact (κ_cap = 1 once r ≥ rank); no stochastic stage runs.
+2. Residual — stochastic Lanczos quadrature (Ubaru, Chen & Saad 2017; ``linalg.lanczos``) on the
+   deflated operator P g P, P = I − KKᵀ, run on the smaller of the input and output sides, in
+   rounds of ``probes_per_round`` Rademacher starts × s steps closed by a Gauss–Radau rule with a
+   node at 0 (2s products per start), plus ``trace_probes`` trace-only starts, one VJP each
+   (P Jᵀz). Rounds stop once the standard errors of κ_cap (≤ ``kappa_atol``) and of the entropy
+   −Σ p log p (≤ ``entropy_atol`` nats) are small enough, or when ``num_probes`` starts (the
+   paper's m) are spent. A Lanczos run whose Krylov space closes (a rank-deficient J) stops early.
+   - ‖J‖_F² = ‖J K‖_F² + the mean of the residual's samples (``linalg.trace``): each run's
+     Hutchinson sample with the other runs' vectors projected out and their energy counted exactly
+     (leave-one-out, the exchangeable principle of XTrace; Epperly, Tropp & Webber 2024), and the
+     trace-only starts' deflated by all runs' vectors. The runs' vectors hold the residual's
+     leading directions, which carry most of Hutchinson's variance, so these samples spread less
+     than plain Hutchinson samples, at no extra products.
    - tr(g log g) = Σ_i φ(ritz_i²) + SLQ of the residual, whose plain Hutchinson trace serves as a
-     ratio control variate for it -> erank.
-Defaults (r = 20, q = 2, s = 2, 8 starts per round, 16 trace-only starts): 120 + 32 + 16 = 168
-products when one round suffices, 32 more per further round. Radau, not Gauss: x log x
-has positive even derivatives, so a Gauss rule under-estimates tr(g log g) and erank comes out high
-(10–12% on the tiny DPT's layer-1 and decoder-input probes with three Gauss nodes); the Radau rule
-errs the other way and by less (within 3% there, with two steps). Runs stop early when every Lanczos run
-closes (a rank-deficient J). When the basis would reach min(M, N·D), J is read whole with
-min(M, N·D) products and everything is exact (κ_cap = 1 once r ≥ rank); no stochastic stage runs.
+     ratio control variate for it -> erank. Radau, not Gauss: x log x has positive even
+     derivatives, so a Gauss rule under-estimates tr(g log g) and erank comes out high; the Radau
+     rule errs the other way, by less on spectra whose mass sits away from 0 (``linalg.lanczos``).
+   At the defaults (r = 20, q = 2, s = 2, 8 starts per round, 16 trace-only starts) one round costs
+   120 + 32 + 16 = 168 products, and each further round 32 more.
+3. r_0.90 — from the Ritz values when no stochastic stage ran; otherwise counted in g's Ritz
+   density on the basis joined with the SLQ runs' vectors (``linalg.ritz_density``; the runs already
+   computed their J-images, so it costs no products), its residual energy calibrated to the
+   residual trace above. It keeps the coupling between basis and residual that the pinched
+   spectrum (Ritz values ⊕ the residual's nodes) drops — g's spectrum majorizes the pinched one, so
+   the latter's count can only come out high. Near r_0.90 each eigenvalue holds a small share of
+   ‖J‖_F², so the count follows the trace's error: the reason for the deflated trace above. Beyond
+   the basis the deep tail is counted from the quadrature nodes (``_r90_from_density``).
+   ``r90_source``: "exact" for an exact sketch, "sketch" when the Ritz values alone reach 0.90,
+   else "slq".
 
-r_0.90: from the Ritz values when no stochastic stage ran (an exact sketch);
-otherwise counted in g's Ritz density on the basis joined with the SLQ runs' vectors
-(``linalg.ritz_density``: the runs already computed their J-images, so it costs no products), which
-keeps the coupling between the basis and the residual, with the residual's energy calibrated to
-the residual trace above. The pinched spectrum — Ritz values ⊕ the residual's quadrature
-nodes — drops that coupling, and since g's spectrum majorizes the pinched one, its count can only
-come out high (+2 to +4 on the tiny DPT's shallow probes, where r_0.90 is 34–51). Near r_0.90 there
-each eigenvalue holds about 0.4% of ‖J‖_F², so the trace's error moves the count: within ±1 in
-92–97% of 120 runs with the deflated trace above, 78–79% with plain Hutchinson samples (dense
-float32 references, 3 images × 40 seeds). What is left is still mostly the trace's: per image,
-the count's error and ‖J‖_F²'s relative error (sd 0.20–0.34%) correlate at 0.74–0.87, on top of
-the density's own mean offset, −0.4 to +0.3 depending on the image. Beyond the
-basis's ℓ columns the deep tail is counted from the quadrature nodes (``_r90_from_density``).
-``r90_source`` is ``"sketch"`` when the Ritz values alone reach 0.90, else ``"slq"``.
+``tests/test_diagnostics.py`` checks ``diagnose`` against ``diagnose_exact`` on planted spectra and
+zoo probes; ``benchmarks/diagnose_cost.py`` measures its cost in forward-equivalents and its errors
+against the dense reference on every probe (``results/benchmarks/diagnose_cost*.md``, stamped
+with the commit).
 """
 
 from __future__ import annotations
@@ -78,9 +77,26 @@ AUTO_TOL, AUTO_MAX_ITERS = 1e-3, 15  # power_iters="auto": the paper raises q un
 
 @dataclass
 class Diagnosis:
-    """One probe's diagnostic. sigma (r,) descending; modes (N, D, r) orthonormal right singular
-    vectors; token_energy (N,); kappa_curve (r,) = κ_cap(1..r); products = JVPs + VJPs used.
-    r is clipped to min(M, N·D). ``budget`` splits products by stage; ``power_iters`` is the q used."""
+    """One probe's diagnostic at one point F (r is clipped to min(M, N·D)).
+
+    Attributes:
+        kappa_cap: κ_cap(r).
+        frob2: ‖J‖_F², exact or estimated.
+        erank: the effective rank.
+        r90: r_0.90.
+        cv: the token CV of ``token_energy`` (0 when it is all zero).
+        sigma: (r,) the top singular values, descending.
+        modes: (N, D, r) the orthonormal right singular vectors.
+        token_energy: (N,) e_t.
+        products: JVPs + VJPs used.
+        kappa_curve: (r,) κ_cap(1..r).
+        jvps: JVPs used.
+        vjps: VJPs used.
+        power_iters: the q the sketch used.
+        r90_source: "exact", "sketch" or "slq" (see the module docstring).
+        exact: every value is exact (the dense reference, or a sketch that read J whole).
+        budget: products by stage: "sketch", "slq", "trace" (``diagnose``) or "dense".
+    """
 
     kappa_cap: float
     frob2: float
@@ -111,7 +127,17 @@ def _summaries(sigma: Tensor, V: Tensor, frob2: float, N: int, D: int) -> dict:
 
 def diagnose_exact(f: Callable[[Tensor], Tensor], F: Tensor, r: int = 20) -> Diagnosis:
     """The diagnostic from the dense Jacobian (M, N·D) and its full SVD — the reference.
-    erank, r90 and frob2 use the full spectrum. products = M (jacrev's VJPs)."""
+
+    erank, r_0.90 and ‖J‖_F² use the full spectrum; κ_cap, the modes, e_t and CV the top r.
+
+    Args:
+        f: the probe map, (N, D) -> (M,).
+        F: the point, (N, D).
+        r: the rank of κ_cap(r) and of the modes (clipped to min(M, N·D)).
+
+    Returns:
+        The Diagnosis, ``exact=True``; products = M (jacrev's VJPs).
+    """
     N, D = F.shape
     J = dense_jacobian(f, F)
     _, S, Vh = torch.linalg.svd(J, full_matrices=False)
@@ -145,15 +171,11 @@ def _count_to_090(theta: Tensor, counts: Tensor, frob2: float) -> int:
 
 def _r90_from_density(ritz2: Tensor, tail: Quadrature | None, density: Quadrature | None,
                       frob2: float) -> tuple[int, str]:
-    """r_0.90 from the Ritz values ritz2 (ℓ,) = σ̂_i² when no stochastic stage ran; else from g's
-    Ritz density on the basis joined with the runs (``linalg.ritz_density``), which keeps their
-    coupling and so does not over-count as the pinched spectrum (Ritz values ⊕ the residual's
-    nodes) does. That density resolves g as far as its Rayleigh–Ritz space reaches; when it puts
-    r_0.90 beyond the basis's ℓ columns, the deep tail is counted from the runs' quadrature
-    nodes instead — the even mixture of their Radau and Gauss rules, which err on x log x in
-    opposite directions (``linalg.lanczos``), after the Ritz values: on the planted 1/i spectrum
-    (r_0.90 = 111, ℓ = 60) the Ritz density counts 2–11% too many, the mixture 1–7%.
-    ``"sketch"`` when the Ritz values alone reach 0.90 (r_0.90 lies within the basis), else ``"slq"``."""
+    """r_0.90 and its source (module docstring, item 3) from the Ritz values ritz2 (ℓ,) = σ̂_i² and,
+    when a stochastic stage ran, g's Ritz density. When the density puts r_0.90 beyond the basis's
+    ℓ columns, where its Rayleigh–Ritz space no longer resolves g, the deep tail is counted from the
+    runs' quadrature nodes instead — the even mixture of their Radau and Gauss rules, which err on
+    x log x in opposite directions (``linalg.lanczos``), after the Ritz values."""
     if frob2 <= 0:
         return 1, "sketch"
     within = first_reaching(torch.cumsum(ritz2, 0) / frob2, R90_LEVEL)
@@ -173,10 +195,32 @@ def diagnose(f: Callable[[Tensor], Tensor], F: Tensor, r: int = 20, num_probes: 
              power_iters: int | str = 2, seed: int = 0, *, block: int | None = None, lanczos_steps: int = 2,
              probes_per_round: int = 8, kappa_atol: float = 0.005, entropy_atol: float = 0.02,
              trace_probes: int = 16, linearize: bool = False) -> Diagnosis:
-    """Matrix-free diagnostic of f: (N, D) -> (M,) at F (N, D); see the module docstring for the
-    product budget. Seeds: the sketch draws from ``seed``, the SLQ and trace-only starts from ``seed + 1``.
-    ``power_iters="auto"``: add Krylov rounds until the top-r subspace moves by less than 1e-3
-    (at most 15; the chosen q is ``Diagnosis.power_iters``)."""
+    """Matrix-free diagnostic of a probe map at F: κ_cap(r), ‖J‖_F², erank, r_0.90 and token CV.
+
+    The sketch, the stochastic stage and their product budget are described in the module docstring.
+
+    Args:
+        f: the probe map, (N, D) -> (M,); it must compose with torch.func.jvp, vjp and vmap.
+        F: the point, (N, D).
+        r: the rank of κ_cap(r) and of the modes (clipped to min(M, N·D)).
+        num_probes: the most SLQ starts (the paper's m); 0 skips the stochastic stage.
+        power_iters: q, the sketch's Krylov rounds; "auto" adds rounds until the top-r subspace
+            moves by less than 1e-3 (at most 15).
+        seed: the sketch draws from ``seed``, the SLQ and trace-only starts from ``seed + 1``.
+        block: b, the columns per Krylov block (default r).
+        lanczos_steps: s, Lanczos steps per SLQ start; 0 skips the stochastic stage.
+        probes_per_round: SLQ starts per round; the stopping rule is checked after each round.
+        kappa_atol: the standard error of κ_cap(r) to reach.
+        entropy_atol: the standard error of the entropy −Σ p log p (nats) to reach.
+        trace_probes: trace-only starts, one VJP each.
+        linearize: trace the linearised map once (``JacobianOperator``).
+
+    Returns:
+        The Diagnosis; ``power_iters`` is the q used, ``budget`` the products by stage.
+
+    Raises:
+        ValueError: ``power_iters`` is neither an integer ≥ 0 nor "auto".
+    """
     op = JacobianOperator(f, F, linearize=linearize)
     return diagnose_operator(op, r=r, num_probes=num_probes, power_iters=power_iters, seed=seed, block=block,
                              lanczos_steps=lanczos_steps, probes_per_round=probes_per_round,
@@ -187,18 +231,12 @@ def _tail_rounds(op: JacobianOperator, basis: Tensor, J_basis: Tensor, top: Tens
                  steps: int, per_round: int, trace_probes: int, seed: int, kappa_atol: float,
                  entropy_atol: float) -> tuple[Quadrature, float, float, Quadrature]:
     """The stochastic stage on the residual P g P (P = I − QQᵀ, Q = ``basis``, J Q = ``J_basis``;
-    ``top`` (ℓ,): the sketch's Ritz values σ̂², the exact part of both traces).
-
-    ``trace_probes`` trace-only starts (one product each) and SLQ rounds of ``per_round`` starts
-    until the standard errors of κ_cap(r) and of the entropy −Σ p log p (nats) fall below
-    ``kappa_atol`` and ``entropy_atol``, or ``num_probes`` starts are spent.
-    - tr(P g P): the mean of the runs' leave-one-out samples and of the trace-only starts' samples,
-      both deflated by the runs' vectors (``linalg.trace``; an equal-weight mean, since weights
-      from estimated variances favour the low samples of a positive quantity).
-    - tr(P g log g P): the runs' SLQ with their Hutchinson trace as a ratio control variate: a
-      run's x log x and x samples move together, so what the sharper trace knows of the
-      residual's scale carries over.
-    Returns the runs' quadrature, tr(P g P), tr(P g log g P) and g's Ritz density (for r_0.90)."""
+    ``top`` (ℓ,): the sketch's Ritz values σ̂², the exact part of both traces), as the module
+    docstring describes. tr(P g P) is the equal-weight mean of all the deflated samples (weights
+    from estimated variances would favour the low samples of a positive quantity); the runs' SLQ of
+    tr(P g log g P) takes their Hutchinson trace as a ratio control variate, since a run's x log x
+    and x samples move together. Returns the runs' quadrature, tr(P g P), tr(P g log g P) and g's
+    Ritz density (for r_0.90)."""
     T0, G0 = float(top.sum()), float(xlogx(top).sum())
     kappa_r = float(top[:r].sum()) / T0 if T0 > 0 else 0.0   # an upper bound on κ_cap(r) is enough
     scale = float(top[0]) if top.numel() else None
@@ -222,7 +260,8 @@ def _tail_rounds(op: JacobianOperator, basis: Tensor, J_basis: Tensor, top: Tens
         pool = tuple(x[:LOO_POOL] for x in tail.krylov)         # the runs whose vectors deflate the samples
         samples = torch.cat([leave_one_out_residuals(*tail.krylov, tail.norms, side == "output", LOO_POOL),
                              deflated_residuals(*pool, S)])
-        T, var_T = T0 + float(samples.mean()), float(samples.var()) / samples.numel() if samples.numel() > 1 else math.inf
+        T = T0 + float(samples.mean())
+        var_T = float(samples.var()) / samples.numel() if samples.numel() > 1 else math.inf
         g = (tail.weights * xlogx(tail.nodes)).sum(1)          # samples of tr(PgP log PgP)
         beta = float(g.mean() / plain.mean()) if float(plain.mean()) > 0 else 0.0
         g = g - beta * (plain - (T - T0))
@@ -243,7 +282,8 @@ def _concat(parts: list[Quadrature]) -> Quadrature:
     s = max(q.nodes.shape[1] for q in parts)
     pad = lambda x, n: torch.nn.functional.pad(x, (0, n - x.shape[-1]))
     gauss = _concat([q.gauss for q in parts]) if all(q.gauss is not None for q in parts) else None
-    out = Quadrature(nodes=torch.cat([pad(q.nodes, s) for q in parts]), weights=torch.cat([pad(q.weights, s) for q in parts]),
+    out = Quadrature(nodes=torch.cat([pad(q.nodes, s) for q in parts]),
+                     weights=torch.cat([pad(q.weights, s) for q in parts]),
                      products=sum(q.products for q in parts), gauss=gauss)
     if all(q.norms is not None for q in parts):
         out.norms = torch.cat([q.norms for q in parts])
@@ -257,7 +297,16 @@ def diagnose_operator(op: JacobianOperator, r: int = 20, num_probes: int = 100, 
                       seed: int = 0, *, block: int | None = None, lanczos_steps: int = 2,
                       probes_per_round: int = 8, kappa_atol: float = 0.005,
                       entropy_atol: float = 0.02, trace_probes: int = 16) -> Diagnosis:
-    """``diagnose`` on an existing JacobianOperator (its counters keep running)."""
+    """``diagnose`` on an existing JacobianOperator, whose counters keep running.
+
+    Takes ``diagnose``'s arguments, with ``op`` in place of f and F (and of ``linearize``).
+
+    Returns:
+        The Diagnosis; its product counts are this call's only.
+
+    Raises:
+        ValueError: ``power_iters`` is neither an integer ≥ 0 nor "auto".
+    """
     N, D = op.in_shape
     jvps0, vjps0 = op.jvps, op.vjps
     if power_iters == "auto":
@@ -284,15 +333,16 @@ def diagnose_operator(op: JacobianOperator, r: int = 20, num_probes: int = 100, 
     out = _summaries(sk.sigma, sk.V, frob2, N, D)
     return Diagnosis(frob2=frob2, erank=erank, r90=r90, products=op.products - jvps0 - vjps0,
                      jvps=op.jvps - jvps0, vjps=op.vjps - vjps0, r90_source=source, exact=sk.exact,
-                     power_iters=sk.power_iters, budget={"sketch": sk.products, "slq": tail.products if tail else 0, "trace": traced},
-                     **out)
+                     power_iters=sk.power_iters,
+                     budget={"sketch": sk.products, "slq": tail.products if tail else 0, "trace": traced}, **out)
 
 
 # -- regimes (paper §4.3, Table 1) --------------------------------------------------------------
 
 REGIMES: dict[str, str] = {
     "rank-bounded": "none to learn: J has at most M ≤ r rows, so the exact metric JᵀJ costs M VJPs per image",
-    "low-rank-delocalized": "Spectral Pullback Network with cross-token attention (rank-r modes spread over all tokens)",
+    "low-rank-delocalized": "Spectral Pullback Network with cross-token attention "
+                            "(rank-r modes spread over all tokens)",
     "marginal-kappa-high-cv": "token-importance head distilled from e_t (sensitivity sits on few tokens)",
     "rich-spectrum": "VAE bottleneck on the decoder's input, then an SPN in its latent space",
 }
@@ -300,19 +350,35 @@ REGIMES: dict[str, str] = {
 
 def regime(kappa_cap: float, erank: float, r90: int, cv: float, output_dim: int, r: int = 20, *,
            kappa_high: float = 0.9, cv_high: float = 1.0, erank_rich: float = 5.0) -> str:
-    """Sort a probe into the paper's four regimes; ``REGIMES[name]`` is the architecture it calls for.
+    """Sort a probe into the paper's four regimes (§4.3); ``REGIMES[name]`` is the architecture it
+    calls for.
 
-    In order, the first rule that holds:
+    In order, the first rule that holds (the examples are the paper's Table 1 rows,
+    ``references/paper_numbers.yaml``):
     1. rank-bounded — output_dim M ≤ r: rank J ≤ r, so κ_cap(r) = 1 whatever the features.
     2. marginal-kappa-high-cv — κ_cap(r) < kappa_high and CV ≥ cv_high: a rank-r metric misses
        much of the sensitivity, but the sensitivity is concentrated on few tokens, so per-token
-       importance carries it (the paper's DINOv2 CLS: κ 0.33, CV 4.06).
+       importance carries it (DINOv2 CLS: κ 0.33, CV 4.06).
     3. rich-spectrum — erank > erank_rich·r, or r_0.90 > erank_rich·r: the energy is spread over
        far more than r directions (VGGT dense heads: erank 212–282, even at κ_cap 0.97).
     4. low-rank-delocalized — κ_cap(r) ≥ kappa_high (so r_0.90 ≤ r): a rank-r metric suffices and
        CV < cv_high says its modes spread over tokens (DPT depth: κ 0.96, CV 0.03, erank 20–34).
     Otherwise (κ_cap below kappa_high with low CV and moderate erank) the spectrum is still too
     spread for rank r: rich-spectrum.
+
+    Args:
+        kappa_cap: κ_cap(r).
+        erank: the effective rank.
+        r90: r_0.90.
+        cv: the token CV.
+        output_dim: M, the probe's output dimension.
+        r: the rank budget.
+        kappa_high: the κ_cap(r) a rank-r metric needs.
+        cv_high: the CV from which sensitivity counts as concentrated on few tokens.
+        erank_rich: erank or r_0.90 above erank_rich·r is a rich spectrum.
+
+    Returns:
+        The regime's name, a key of ``REGIMES``.
     """
     if output_dim <= r:
         return "rank-bounded"

@@ -56,7 +56,8 @@ class ProbeMap:
         if isinstance(output_metric, str) and output_metric != "so3":
             raise ValueError(f"output_metric {output_metric!r}: the named metric is 'so3'")
         if layers[0] > max(reads):
-            raise ValueError(f"decoder {decoder!r} reads layers {list(reads)}; a probe at {list(layers)} does not reach it")
+            raise ValueError(f"decoder {decoder!r} reads layers {list(reads)}; "
+                             f"a probe at {list(layers)} does not reach it")
         self.host = freeze(use_math_attention(host))
         self.decoder = decoder
         self.layers = layers

@@ -25,8 +25,8 @@ def tiny_cache(tmp_path, split: str, images: torch.Tensor) -> targets.TargetFile
     torch.manual_seed(0)
     host = build(dict(kind="cls", embed_dim=16, depth=3, num_heads=2, patch_size=8, img_size=32))
     path = tmp_path / f"{split}.h5"
-    targets_stage.build_split(StageContext("targets", {}, {split: path}, {}, "tiny"), "tiny", split, ProbeMap(host, "cls", [1]),
-                        images, SETTINGS, 4, True)
+    targets_stage.build_split(StageContext("targets", {}, {split: path}, {}, "tiny"), "tiny", split,
+                              ProbeMap(host, "cls", [1]), images, SETTINGS, 4, True)
     return targets.TargetFile.open(path)
 
 
@@ -53,7 +53,8 @@ class ExactModes(nn.Module):
     def __init__(self, cache: targets.TargetFile):
         super().__init__()
         rows = cache.read(("features", "exact/modes"))
-        self.table = {f.tobytes(): torch.as_tensor(v).flatten(0, 1) for f, v in zip(rows["features"], rows["exact/modes"])}
+        self.table = {f.tobytes(): torch.as_tensor(v).flatten(0, 1)
+                      for f, v in zip(rows["features"], rows["exact/modes"])}
 
     def forward(self, F: torch.Tensor) -> PredictedMetric:
         U = torch.stack([self.table[f.numpy().astype(np.float32).tobytes()] for f in F])

@@ -15,7 +15,8 @@ def planted(n: int, N: int = 10, D: int = 8, seed: int = 0):
     neighbours' (so attention helps, but a token's own features carry most of it)."""
     g = torch.Generator().manual_seed(seed)
     F = torch.randn(n, N, D, generator=g)
-    target = torch.exp(2.0 * torch.tanh(F[..., 0] + 0.5 * F[..., 1] * F[..., 2]) + 0.3 * F[..., 3].mean(1, keepdim=True))
+    target = torch.exp(2.0 * torch.tanh(F[..., 0] + 0.5 * F[..., 1] * F[..., 2])
+                       + 0.3 * F[..., 3].mean(1, keepdim=True))
     return F, target
 
 
@@ -44,5 +45,6 @@ def test_a_few_training_steps_beat_the_random_init_on_held_out_images():
 def test_ranking_loss_prefers_the_target_order_and_ignores_scale():
     _, t = planted(4)
     z = standardized_log(t)
-    assert float(ranking_loss(10 * z, t)) < float(ranking_loss(torch.zeros_like(z), t)) < float(ranking_loss(-10 * z, t))
+    assert (float(ranking_loss(10 * z, t)) < float(ranking_loss(torch.zeros_like(z), t))
+            < float(ranking_loss(-10 * z, t)))
     torch.testing.assert_close(standardized_log(t * 7.0), z)

@@ -53,7 +53,8 @@ def test_batched_search_equals_the_paired_distance():
 
 def test_silog_matrix_is_pairwise_silog():
     g = torch.Generator().manual_seed(0)
-    a, b = torch.rand(3, 50, generator=g, dtype=torch.float64) + 0.5, torch.rand(4, 50, generator=g, dtype=torch.float64) + 0.5
+    a, b = (torch.rand(3, 50, generator=g, dtype=torch.float64) + 0.5,
+            torch.rand(4, 50, generator=g, dtype=torch.float64) + 0.5)
     full = silog_matrix(a.log(), b.log())
     for i in range(3):
         torch.testing.assert_close(full[i], silog(a[i].expand(4, -1), b))

@@ -1,4 +1,4 @@
-"""Matrix-free linear algebra on the probe Jacobian J = ∂f/∂F (DESIGN.md, "Core objects").
+"""Matrix-free linear algebra on the probe Jacobian J = ∂f/∂F (docs/design.md, "Core objects").
 
 operator  JacobianOperator: J·V by batched JVPs, Jᵀ·U by batched VJPs, product counters
 sketch    randomized block power iteration (Halko et al. 2011), block Krylov (Musco & Musco 2015),
@@ -11,46 +11,53 @@ deflate   (I − QQᵀ) X, the projection every stage deflates by
 dense     the dense Jacobian and its exact SVD, the reference for tests
 """
 
-from taskgeom.linalg.deflate import project_out
-from taskgeom.linalg.dense import dense_jacobian, exact_spectrum
-from taskgeom.linalg.lanczos import (
-                      Quadrature,
-                      SLQResult,
-                      entropy_from_traces,
-                      lanczos_quadrature,
-                      slq_erank,
-                      smaller_side,
-                      xlogx,
-)
-from taskgeom.linalg.operator import JacobianOperator
-from taskgeom.linalg.ritz_density import ritz_density
-from taskgeom.linalg.sketch import (
-                      Sketch,
-                      adaptive_power_iters,
-                      block_krylov_svd,
-                      cv,
-                      exact_sketch,
-                      kappa_curve,
-                      r90,
-                      randomized_svd,
-                      randomized_svd_path,
-                      subspace_alignment,
-                      token_energy,
-)
-from taskgeom.linalg.trace import (
-                      TraceEstimate,
-                      deflated_residuals,
-                      hutchinson,
-                      hutchpp,
-                      leave_one_out_residuals,
-                      rademacher,
-)
+from __future__ import annotations
 
-__all__ = [
-    "JacobianOperator", "dense_jacobian", "exact_spectrum", "project_out",
-    "Sketch", "exact_sketch", "randomized_svd", "randomized_svd_path", "adaptive_power_iters", "block_krylov_svd",
-    "TraceEstimate", "hutchinson", "hutchpp", "rademacher", "leave_one_out_residuals", "deflated_residuals",
-    "Quadrature", "SLQResult", "lanczos_quadrature", "slq_erank", "smaller_side", "entropy_from_traces", "xlogx",
-    "ritz_density",
-    "kappa_curve", "r90", "token_energy", "cv", "subspace_alignment",
-]
+import importlib
+from typing import Any
+
+# name -> the submodule that defines it. Loaded on first use (PEP 562), so importing one submodule
+# loads only what it imports: a stage's code dependencies (taskgeom.pipeline.codedeps) stay exact.
+# The package's own modules import from the defining submodule. ``ritz_density`` is not listed:
+# the name is its submodule's, so import the function from ``taskgeom.linalg.ritz_density``.
+_EXPORTS: dict[str, str] = {
+    "project_out": "deflate",
+    "dense_jacobian": "dense",
+    "exact_spectrum": "dense",
+    "Quadrature": "lanczos",
+    "SLQResult": "lanczos",
+    "entropy_from_traces": "lanczos",
+    "lanczos_quadrature": "lanczos",
+    "slq_erank": "lanczos",
+    "smaller_side": "lanczos",
+    "xlogx": "lanczos",
+    "JacobianOperator": "operator",
+    "Sketch": "sketch",
+    "adaptive_power_iters": "sketch",
+    "block_krylov_svd": "sketch",
+    "cv": "sketch",
+    "exact_sketch": "sketch",
+    "kappa_curve": "sketch",
+    "r90": "sketch",
+    "randomized_svd": "sketch",
+    "randomized_svd_path": "sketch",
+    "subspace_alignment": "sketch",
+    "token_energy": "sketch",
+    "TraceEstimate": "trace",
+    "deflated_residuals": "trace",
+    "hutchinson": "trace",
+    "hutchpp": "trace",
+    "leave_one_out_residuals": "trace",
+    "rademacher": "trace",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -7,11 +7,17 @@ from torch import Tensor
 
 
 def project_out(basis: Tensor, X: Tensor) -> Tensor:
-    """basis Q (n, ℓ) orthonormal, X (n, m) -> (I − QQᵀ) X (n, m).
+    """Project the columns of X off an orthonormal basis.
 
     The coefficients are formed as (Xᵀ Q)ᵀ, not Qᵀ X: the blocks here are tall and narrow and
-    often transposed views (``JacobianOperator.rmm`` returns one), and for the Lanczos runs'
-    8-column blocks the CPU BLAS takes a slow path on Qᵀ X. At n = 16,640–33,280, ℓ = 40–60 on
-    2 threads this order was 3–5× faster on transposed 8-column blocks and 1.2–3× on contiguous
-    ones. At 16–20 columns it was anywhere from 40% faster to 30% slower."""
+    often transposed views (``JacobianOperator.rmm`` returns one), and on such blocks the CPU
+    BLAS takes a slow path for Qᵀ X.
+
+    Args:
+        basis: Q (n, ℓ) with orthonormal columns.
+        X: (n, m), contiguous or a transposed view.
+
+    Returns:
+        (I − QQᵀ) X, (n, m).
+    """
     return X - basis @ (X.T @ basis).T

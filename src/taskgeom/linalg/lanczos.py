@@ -1,6 +1,6 @@
 """Effective rank of J by stochastic Lanczos quadrature (SLQ) on g = JᵀJ.
 
-DESIGN.md, "Definitions": erank = exp(−Σ p_i log p_i), p_i = σ_i² / ‖J‖_F². With λ_i = σ_i²
+docs/design.md, "Definitions": erank = exp(−Σ p_i log p_i), p_i = σ_i² / ‖J‖_F². With λ_i = σ_i²
 and T = tr g = Σ λ_i,  −Σ p_i log p_i = log T − tr(g log g) / T,  so erank needs two traces of
 functions of g: tr g and tr φ(g), φ(x) = x log x (φ(0) = 0: zero eigenvalues drop out).
 
@@ -11,10 +11,11 @@ so the same runs also give Hutchinson's estimate of tr g).
 
 Gauss or Gauss–Radau (Golub & Meurant, "Matrices, Moments and Quadrature", 2010, ch. 6): every
 even derivative of φ(x) = x log x is positive on x > 0, so an s-node Gauss rule *under*-estimates
-zᵀφ(g)z — and the entropy, hence erank, comes out high (12% on a slowly decaying spectrum at
-s = 3). Every odd derivative from the third on is negative, so the Radau rule with one node fixed
-at 0 (g ⪰ 0) over-estimates it instead, by far less on spectra whose mass sits away from 0. It
-costs one more block of products (β_s, from Bᵀ B v_s) and is exact for polynomials of degree 2s.
+zᵀφ(g)z — and the entropy, hence erank, comes out high. Every odd derivative from the third on is
+negative, so the Radau rule with one node fixed at 0 (g ⪰ 0) over-estimates it instead, by far
+less on spectra whose mass sits away from 0 (``tests/linalg/test_estimators_quadrature.py``
+checks that the two rules bracket zᵀφ(g)z run by run). It costs one more block of products (β_s,
+from Bᵀ B v_s) and is exact for polynomials of degree 2s.
 
 Deflation (as in Hutch++, Meyer et al. 2021): given an orthonormal basis Q (the power-iteration
 sketch) with J Q known, the top part is taken exactly from the Ritz values of J on Q and SLQ only
@@ -26,6 +27,7 @@ tail, where its variance is small.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -38,53 +40,97 @@ from taskgeom.linalg.trace import rademacher
 
 @dataclass
 class Quadrature:
-    """Gauss quadrature rules of m Lanczos runs: nodes (m, s) ≥ 0 and weights (m, s) with
-    Σ_k weights[j, k] φ(nodes[j, k]) ≈ z_jᵀ φ(A) z_j (A = P g P, or J P Jᵀ on the output side).
-    Weights include ‖z_j‖², so weights.sum(1).mean() estimates the dimension of A's side."""
+    """Quadrature rules of m Lanczos runs, Σ_k weights[j, k] φ(nodes[j, k]) ≈ z_jᵀ φ(A) z_j
+    (A = P g P, or J P Jᵀ on the output side).
+
+    Attributes:
+        nodes: (m, s) ≥ 0, the rules' nodes θ.
+        weights: (m, s), τ² ‖z_j‖²; they include ‖z_j‖², so ``weights.sum(1).mean()`` estimates
+            the dimension of A's side.
+        products: JVPs + VJPs the runs spent.
+        gauss: for a Radau quadrature, the same runs read as Gauss rules (s nodes each).
+        krylov: with ``keep_vectors``, (X (m, N·D, k), J X (m, M, k)): each run's input-side
+            vectors and their images.
+        norms: with ``keep_vectors``, (m,) start norms: run j's start is norms[j] · X[j, :, 0].
+    """
 
     nodes: Tensor
     weights: Tensor
     products: int
-    gauss: Quadrature | None = None   # a Radau quadrature's runs read as Gauss rules (s nodes each)
-    krylov: tuple[Tensor, Tensor] | None = None   # (X (m, N·D, k), J X (m, M, k)), ``keep_vectors``
-    norms: Tensor | None = None       # (m,) start norms: run j's start is norms[j] · X[j, :, 0]
+    gauss: Quadrature | None = None
+    krylov: tuple[Tensor, Tensor] | None = None
+    norms: Tensor | None = None
 
-    def trace(self, phi) -> float:
-        """(1/m) Σ_j Σ_k w_jk φ(θ_jk): the SLQ estimate of tr(P φ(g) P)."""
+    def trace(self, phi: Callable[[Tensor], Tensor]) -> float:
+        """The SLQ estimate of tr(P φ(g) P), (1/m) Σ_j Σ_k w_jk φ(θ_jk).
+
+        Args:
+            phi: φ, elementwise on a tensor, with φ(0) = 0.
+
+        Returns:
+            The mean over the m runs.
+        """
         return float((self.weights * phi(self.nodes)).sum(1).mean())
 
 
 def xlogx(x: Tensor) -> Tensor:
-    """φ(x) = x log x with φ(0) = 0 (the p log p → 0 limit of the entropy)."""
+    """φ(x) = x log x elementwise, with φ(0) = 0 (the p log p → 0 limit of the entropy).
+
+    Args:
+        x: any shape, ≥ 0 where it matters (non-positive entries map to 0).
+
+    Returns:
+        φ(x), x's shape.
+    """
     return torch.where(x > 0, x * torch.log(torch.where(x > 0, x, torch.ones_like(x))), torch.zeros_like(x))
 
 
 def smaller_side(op: JacobianOperator) -> str:
-    """"output" when M < N·D, else "input": the side whose Lanczos runs meet fewer zero
-    eigenvalues (P g P on R^{N·D} and J P Jᵀ on R^M share their nonzero spectrum)."""
+    """The side whose Lanczos runs meet fewer zero eigenvalues (P g P on R^{N·D} and J P Jᵀ on
+    R^M share their nonzero spectrum).
+
+    Args:
+        op: the Jacobian operator.
+
+    Returns:
+        "output" when M < N·D, else "input".
+    """
     return "output" if op.out_dim < op.in_dim else "input"
 
 
 def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: Tensor | None = None,
                        scale: float | None = None, side: str = "input", rule: str = "gauss",
                        keep_vectors: bool = False) -> Quadrature:
-    """Block of independent Lanczos runs on A = BᵀB with the nonzero spectrum of P g P
+    """A block of independent Lanczos runs on A = BᵀB, which has the nonzero spectrum of P g P
     (P = I − QQᵀ, or I without ``basis``).
 
-    side "input":  B = J P,  starts (N·D, m);  side "output": B = P Jᵀ, starts (M, m), so that
-    A = J P Jᵀ. Both give zᵀφ(A)z with tr φ(A) = tr φ(P g P) for φ(0) = 0; the side with fewer
-    zero eigenvalues (``smaller_side``) wastes fewer quadrature nodes on them.
-    ``rule="gauss"``: s ≤ ``steps`` nodes per run. All m runs advance together: each step is one
-    block of m products for B v (α = ‖B v‖²) and, except the last, one block of m for Bᵀ(B v),
-    the next vector; products = m·(2s − 1). ``rule="radau"``: the last step's Bᵀ(B v) too, for
-    β_s, and s + 1 nodes, one at 0 (see the module docstring); products = m·2s.
-    Full re-orthogonalisation (s is small) keeps the quadrature honest in floating point.
-    ``keep_vectors``: also return, per run, the input-side vectors whose J-images the run computed
-    — the Lanczos vectors P v (side "input"), or B v = P Jᵀ v (side "output") — with those images,
-    as ``Quadrature.krylov``; the start P z (input) or P Jᵀ z (output) is ``norms[j]`` times the
-    first of them (``linalg.ritz_density`` reads them).
-    A run whose Krylov space closes (β ≈ 0, e.g. a rank-deficient tail) continues as zeros, which
-    adds nodes of weight 0; the loop stops early once every run has closed.
+    Side "input": B = J P; side "output": B = P Jᵀ, so A = J P Jᵀ. Both give tr φ(A) = tr φ(P g P)
+    for φ(0) = 0. All m runs advance together: each step is one block of m products for B v
+    (α = ‖B v‖²) and, except Gauss's last, one block of m for Bᵀ(B v). Products: m·(2s − 1) for
+    ``rule="gauss"`` (s ≤ ``steps`` nodes per run), m·2s for ``rule="radau"`` (s + 1 nodes, one at
+    0; the last Bᵀ(B v) gives β_s). Full re-orthogonalisation (s is small) keeps the quadrature
+    honest in floating point. A run whose Krylov space closes (β ≈ 0) continues as zeros, adding
+    nodes of weight 0; the runs stop early once all have closed.
+
+    Args:
+        op: the Jacobian operator.
+        starts: (N·D, m) on the input side, (M, m) on the output side; deflated here.
+        steps: s, the Lanczos steps per run.
+        basis: Q (N·D, ℓ) orthonormal, the deflation basis; None for none.
+        scale: the size of g's largest eigenvalue, which sets the threshold for a closed run;
+            None to take it from the runs' α.
+        side: "input" or "output" (``smaller_side`` wastes fewer nodes on zero eigenvalues).
+        rule: "gauss" or "radau".
+        keep_vectors: also return each run's input-side vectors whose J-images it computed — the
+            Lanczos vectors P v (input side) or B v = P Jᵀ v (output side) — with those images, as
+            ``Quadrature.krylov``, and the start norms (``linalg.ritz_density`` reads them).
+
+    Returns:
+        The runs' Quadrature (for Radau, with ``gauss`` the same runs' Gauss rules).
+
+    Raises:
+        ValueError: an unknown ``rule`` or ``side``, or ``keep_vectors`` on a one-step output-side
+            Gauss run, which computes no J-image of an input-side vector.
     """
     if rule not in ("gauss", "radau"):
         raise ValueError(f"rule must be 'gauss' or 'radau', got {rule!r}")
@@ -92,6 +138,28 @@ def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: 
         raise ValueError("keep_vectors on the output side needs rule='radau' or steps ≥ 2: a one-step Gauss run "
                          "computes no J-image of an input-side vector")
     start_products = op.products
+    half, half_t, Z = _halves(op, starts, basis, side)
+    norms = Z.norm(dim=0)                                     # (m,)
+    alphas, betas, kept = _lanczos_steps(half, half_t, Z, norms, steps, scale, side, rule, keep_vectors)
+    T = _jacobi_matrices(alphas, betas)
+    gauss = _gauss_rule(T, norms, op.products - start_products)
+    if rule == "gauss":
+        out = gauss
+    else:
+        out = _gauss_rule(_radau_at_zero(T, betas[-1]), norms, gauss.products)
+        out.gauss = gauss
+    if keep_vectors:
+        out.krylov = (torch.stack([x for x, _ in kept], 2).transpose(0, 1),
+                      torch.stack([y for _, y in kept], 2).transpose(0, 1))
+        out.norms = norms
+    return out
+
+
+Apply = Callable[[Tensor], Tensor]
+
+
+def _halves(op: JacobianOperator, starts: Tensor, basis: Tensor | None, side: str) -> tuple[Apply, Apply, Tensor]:
+    """B and Bᵀ of ``lanczos_quadrature`` as block maps, and the starts in P's range (input side)."""
 
     def project(X: Tensor) -> Tensor:
         return X if basis is None else project_out(basis, X)
@@ -102,7 +170,13 @@ def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: 
         half, half_t, Z = (lambda u: project(op.rmm(u))), (lambda h: op.mm(project(h))), starts
     else:
         raise ValueError(f"side must be 'input' or 'output', got {side!r}")
-    norms = Z.norm(dim=0)                                     # (m,)
+    return half, half_t, Z
+
+
+def _lanczos_steps(half: Apply, half_t: Apply, Z: Tensor, norms: Tensor, steps: int, scale: float | None,
+                   side: str, rule: str, keep_vectors: bool) -> tuple[list[Tensor], list[Tensor], list]:
+    """The runs' recurrence from starts Z (n, m) of norms (m,): their α and β, one (m,) per step,
+    and with ``keep_vectors`` the (input-side vector, its J-image) pairs, each (·, m)."""
     v = Z / torch.where(norms > 0, norms, torch.ones_like(norms))
     basis_runs = [v]                                          # Lanczos vectors, each (n, m)
     kept: list[tuple[Tensor, Tensor]] = []                    # (input-side vector, its J-image), each (·, m)
@@ -139,21 +213,17 @@ def lanczos_quadrature(op: JacobianOperator, starts: Tensor, steps: int, basis: 
         if bool(closed.all()):
             break
         basis_runs.append(v)
+    return alphas, betas, kept
+
+
+def _jacobi_matrices(alphas: list[Tensor], betas: list[Tensor]) -> Tensor:
+    """The runs' Lanczos tridiagonals (m, s, s) from s diagonals α and the off-diagonals β (m,)."""
     s = len(alphas)
     T = torch.diag_embed(torch.stack(alphas, 1))              # (m, s, s)
     if s > 1:
         off = torch.stack(betas[: s - 1], 1)                  # (m, s-1)
         T = T + torch.diag_embed(off, 1) + torch.diag_embed(off, -1)
-    gauss = _gauss_rule(T, norms, op.products - start_products)
-    if rule == "gauss":
-        out = gauss
-    else:
-        out = _gauss_rule(_radau_at_zero(T, betas[-1]), norms, gauss.products)
-        out.gauss = gauss
-    if keep_vectors:
-        out.krylov = (torch.stack([x for x, _ in kept], 2).transpose(0, 1), torch.stack([y for _, y in kept], 2).transpose(0, 1))
-        out.norms = norms
-    return out
+    return T
 
 
 def _gauss_rule(T: Tensor, norms: Tensor, products: int) -> Quadrature:
@@ -180,8 +250,16 @@ def _radau_at_zero(T: Tensor, beta: Tensor) -> Tensor:
 
 @dataclass
 class SLQResult:
-    """erank = exp(entropy); frob2 = tr g; top: the exact eigenvalues taken from the basis (k,);
-    tail: the quadrature of the deflated residual (None when nothing was left to estimate)."""
+    """The effective rank of J by (deflated) SLQ.
+
+    Attributes:
+        erank: exp(entropy).
+        entropy: −Σ p_i log p_i, from ``entropy_from_traces``.
+        frob2: the estimate of tr g = ‖J‖_F².
+        top: (k,) the exact eigenvalues taken from the basis.
+        tail: the quadrature of the deflated residual (None when nothing was left to estimate).
+        products: JVPs + VJPs spent.
+    """
 
     erank: float
     entropy: float
@@ -192,7 +270,15 @@ class SLQResult:
 
 
 def entropy_from_traces(trace_g: float, trace_glogg: float) -> float:
-    """−Σ p_i log p_i with p_i = λ_i / T, from T = tr g and tr(g log g): log T − tr(g log g)/T."""
+    """The spectral entropy −Σ p_i log p_i, p_i = λ_i / T, from two traces: log T − tr(g log g)/T.
+
+    Args:
+        trace_g: T = tr g.
+        trace_glogg: tr(g log g).
+
+    Returns:
+        The entropy in nats; 0 when T ≤ 0.
+    """
     if trace_g <= 0:
         return 0.0
     return math.log(trace_g) - trace_glogg / trace_g
@@ -202,11 +288,20 @@ def slq_erank(op: JacobianOperator, num_probes: int, steps: int = 10, seed: int 
               basis: Tensor | None = None, J_basis: Tensor | None = None) -> SLQResult:
     """Effective rank of J by SLQ on g = JᵀJ (Ubaru, Chen & Saad 2017), optionally deflated.
 
-    num_probes Rademacher starts, ``steps`` Lanczos steps each: num_probes·(2·steps − 1) products.
-    With ``basis`` Q (N·D, k) orthonormal, the top k eigenvalues of QᵀgQ come from J Q — pass
-    ``J_basis`` to reuse a sketch's products, else k JVPs — and SLQ runs on P g P (see the module
-    docstring). Both tr g and tr(g log g) come from the same runs, so errors in the normaliser and
-    in the entropy sum are correlated and partly cancel in the ratio.
+    With a basis Q, the top k eigenvalues of QᵀgQ come from J Q and SLQ runs on P g P (see the
+    module docstring). Both tr g and tr(g log g) come from the same runs, so errors in the
+    normaliser and in the entropy sum are correlated and partly cancel in the ratio.
+
+    Args:
+        op: the Jacobian operator.
+        num_probes: Rademacher starts (N·D,); num_probes·(2·steps − 1) products (Gauss rules).
+        steps: Lanczos steps per start.
+        seed: seeds the starts.
+        basis: Q (N·D, k) orthonormal, or None for plain SLQ.
+        J_basis: J Q (M, k) to reuse a sketch's products; otherwise k JVPs compute it.
+
+    Returns:
+        The SLQResult.
     """
     start = op.products
     if basis is not None:

@@ -1,6 +1,6 @@
 """The Jacobian operator J = ∂f/∂F of a probe map at one point F, applied to blocks of vectors.
 
-DESIGN.md, "Core objects": J = ∂y/∂F is applied to blocks — J·V by batched JVPs, Jᵀ·U by
+docs/design.md, "Core objects": J = ∂y/∂F is applied to blocks — J·V by batched JVPs, Jᵀ·U by
 batched VJPs (torch.func with vmap) — and is never formed. g = JᵀJ is the pullback metric
 ("Definitions"). Every column of a block counts as one product, so estimators can report
 exactly what they spent.
@@ -16,15 +16,25 @@ from torch.func import jvp, linearize, vjp, vmap
 
 
 class JacobianOperator:
-    """J = ∂f/∂F at F, for f: (N, D) -> (M,). Shapes and dtype come from F and f(F).
+    """J = ∂f/∂F at F, for f: (N, D) -> (M,), applied by batched JVPs and VJPs and never formed.
 
     ``matvec``  V (k, N, D) -> J V  (k, M)       k JVPs, one vmapped call
     ``rmatvec`` U (k, M)    -> Jᵀ U (k, N, D)    k VJPs, one vmapped call of a single pullback
 
     The pullback is built once here (one ``torch.func.vjp``), so VJP blocks never re-run the
     forward. The JVP side reuses one jvp function under vmap (f is traced once per block, not
-    per product); ``linearize=True`` instead traces the linearised map once with
-    ``torch.func.linearize`` (a few seconds up front on a ViT, worth it for long runs).
+    per product); ``linearize=True`` instead traces the linearised map once, up front, with
+    ``torch.func.linearize`` — a fixed cost that long runs amortise.
+
+    Args:
+        f: the probe map, (N, D) -> (M,); it must compose with torch.func.jvp, vjp and vmap.
+        F: the point (N, D); shapes and dtype come from F and f(F).
+        linearize: trace the linearised map once instead of calling jvp per block.
+
+    Attributes:
+        y: f(F), detached.
+        jvps: JVPs used so far (each column of a block counts once).
+        vjps: VJPs used so far.
     """
 
     def __init__(self, f: Callable[[Tensor], Tensor], F: Tensor, linearize: bool = False):
@@ -61,10 +71,12 @@ class JacobianOperator:
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of F, which every product takes."""
         return self.F.dtype
 
     @property
     def device(self) -> torch.device:
+        """The device of F, where every product runs."""
         return self.F.device
 
     @property
@@ -74,7 +86,17 @@ class JacobianOperator:
 
     # -- products -----------------------------------------------------------------------
     def matvec(self, V: Tensor) -> Tensor:
-        """V (k, N, D) -> J V (k, M): k batched JVPs."""
+        """J V by k batched JVPs.
+
+        Args:
+            V: (k, N, D) tangent vectors, cast to the operator's dtype and device.
+
+        Returns:
+            J V, (k, M).
+
+        Raises:
+            ValueError: V's trailing shape is not F's.
+        """
         V = V.to(dtype=self.dtype, device=self.device)
         if V.shape[1:] != self.F.shape:
             raise ValueError(f"matvec expects (k, {tuple(self.F.shape)}), got {tuple(V.shape)}")
@@ -84,7 +106,17 @@ class JacobianOperator:
         return self._jvp_block(V).reshape(V.shape[0], self.out_dim)
 
     def rmatvec(self, U: Tensor) -> Tensor:
-        """U (k, M) -> Jᵀ U (k, N, D): k batched VJPs through one pullback."""
+        """Jᵀ U by k batched VJPs through the one pullback.
+
+        Args:
+            U: (k, M) cotangent vectors, cast to the operator's dtype and device.
+
+        Returns:
+            Jᵀ U, (k, N, D).
+
+        Raises:
+            ValueError: U is not (k, M).
+        """
         U = U.to(dtype=self.dtype, device=self.device)
         if U.ndim != 2 or U.shape[1] != self.out_dim:
             raise ValueError(f"rmatvec expects (k, {self.out_dim}), got {tuple(U.shape)}")
@@ -95,15 +127,15 @@ class JacobianOperator:
 
     # Flat views used by the estimators: columns of matrices in R^{N·D} and R^M.
     def mm(self, X: Tensor) -> Tensor:
-        """X (N·D, k) -> J X (M, k)."""
+        """J X for the columns of X (N·D, k) -> (M, k): k JVPs."""
         return self.matvec(X.T.reshape(X.shape[1], *self.F.shape)).T
 
     def rmm(self, Y: Tensor) -> Tensor:
-        """Y (M, k) -> Jᵀ Y (N·D, k)."""
+        """Jᵀ Y for the columns of Y (M, k) -> (N·D, k), a transposed view: k VJPs."""
         return self.rmatvec(Y.T).reshape(Y.shape[1], self.in_dim).T
 
     def gram_mm(self, X: Tensor) -> Tensor:
-        """X (N·D, k) -> g X = Jᵀ J X (N·D, k): k JVPs + k VJPs."""
+        """g X = Jᵀ J X for the columns of X (N·D, k) -> (N·D, k): k JVPs + k VJPs."""
         return self.rmm(self.mm(X))
 
 

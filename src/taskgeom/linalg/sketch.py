@@ -1,9 +1,17 @@
-"""Randomized block power iteration for the top right singular vectors of J, and the spectral
-summaries the diagnostic reads off them (DESIGN.md, "Definitions").
+"""Randomized sketches of the top right singular vectors of J, and the spectral summaries the
+diagnostic reads off them (docs/design.md, "Definitions").
 
 Halko, Martinsson & Tropp (2011), "Finding structure with randomness", Alg. 4.4 (randomized
 subspace iteration with re-orthonormalisation) + Alg. 5.1 (direct SVD), applied to A = Jᵀ so
-that A's left singular vectors are J's right singular vectors (the modes in R^{N·D}).
+that A's left singular vectors are J's right singular vectors (the modes in R^{N·D}):
+``randomized_svd``, ``randomized_svd_path`` and ``adaptive_power_iters``. Musco & Musco (2015),
+"Randomized block Krylov methods for stronger and faster approximate SVD": the same passes with
+every block kept, ``block_krylov_svd``. ``exact_sketch`` reads J whole when that is no dearer.
+
+The power-iteration passes alternate VJPs and JVPs: Z_0 = orth(JᵀΩ), Z_{q+1} = orth(Jᵀ J Z_q),
+each followed by J Z_q. That image both feeds the next round and gives the Rayleigh–Ritz step, so
+stopping at any q costs (2q + 2)·ℓ products — Halko et al.'s count for q power iterations — and
+the Rayleigh–Ritz result at every q is free.
 """
 
 from __future__ import annotations
@@ -22,11 +30,19 @@ from taskgeom.linalg.operator import JacobianOperator
 class Sketch:
     """Rank-r partial SVD of J from a width-ℓ sketch.
 
-    sigma (r,) descending; V (N·D, r) orthonormal right singular vectors; Q (N·D, ℓ) the
-    orthonormal basis the sketch ended on (its first r columns are V); JQ (M, ℓ) = J Q, known
-    exactly from the last pass, so ‖JQ‖_F² is Hutch++'s exact part at no extra cost; ritz (ℓ,)
-    all Ritz values (σ estimates of Q). ``exact`` is True when ℓ = min(M, N·D), i.e. the sketch
-    spans J's whole row space and every number is exact up to rounding.
+    Attributes:
+        sigma: (r,) the top singular values, descending.
+        V: (N·D, r) orthonormal right singular vectors (the modes).
+        Q: (N·D, ℓ) the orthonormal basis the sketch ended on; its first r columns are V.
+        JQ: (M, ℓ) = J Q, known exactly from the last pass, so ‖JQ‖_F² is Hutch++'s exact part
+            at no extra cost.
+        ritz: (ℓ,) all Ritz values of J on Q (σ estimates), descending.
+        products: JVPs + VJPs spent.
+        power_iters: the q the sketch ended at.
+        exact: True when ℓ = min(M, N·D): the sketch spans J's whole row space and every number
+            is exact up to rounding.
+        alignments: in adaptive mode, the alignment of the top-r subspace with the previous
+            round's after each round.
     """
 
     sigma: Tensor
@@ -54,8 +70,17 @@ def _rayleigh_ritz(Q: Tensor, JQ: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def exact_sketch(op: JacobianOperator, r: int, chunk: int = 32) -> Sketch:
-    """ℓ ≥ min(M, N·D): read J whole with min(M, N·D) products and take its SVD. Products go in
-    blocks of ``chunk`` (a block of hundreds is slower on CPU: its intermediates leave the cache)."""
+    """Read J whole with min(M, N·D) products (VJPs when M ≤ N·D, else JVPs) and take its SVD.
+
+    Args:
+        op: the Jacobian operator.
+        r: the rank of ``sigma`` and ``V``.
+        chunk: products per block; a block of hundreds is slower on CPU (its intermediates
+            leave the cache).
+
+    Returns:
+        A Sketch with ``exact=True``, ``Q`` all right singular vectors and ``power_iters=0``.
+    """
     n, m = op.in_dim, op.out_dim
     start = op.products
     eye = torch.eye(min(n, m), dtype=op.dtype, device=op.device)
@@ -70,9 +95,8 @@ def exact_sketch(op: JacobianOperator, r: int, chunk: int = 32) -> Sketch:
 def _power_rounds(op: JacobianOperator, ell: int, seed: int) -> Iterator[tuple[Tensor, Tensor]]:
     """Yield (Z_q, J Z_q) for q = 0, 1, 2, …; Z_q (N·D, ℓ) orthonormal, span Z_q = range(gᵠ Jᵀ Ω).
 
-    q = 0 costs ℓ VJPs + ℓ JVPs; each further round ℓ VJPs + ℓ JVPs. The J Z_q pass both feeds the
-    next round and gives the Rayleigh–Ritz step, so the total after q rounds is (2q + 2)·ℓ —
-    Halko et al.'s count for q power iterations. Ω is Gaussian (M, ℓ), drawn from ``seed``.
+    Each round costs ℓ VJPs + ℓ JVPs, so the total after q rounds is (2q + 2)·ℓ (see the module
+    docstring). Ω is Gaussian (M, ℓ), drawn from ``seed``.
     """
     gen = torch.Generator(device=op.device).manual_seed(seed)
     omega = torch.randn(op.out_dim, ell, generator=gen, dtype=op.dtype, device=op.device)
@@ -86,6 +110,7 @@ def _power_rounds(op: JacobianOperator, ell: int, seed: int) -> Iterator[tuple[T
 
 
 def _width(op: JacobianOperator, r: int, oversample: int) -> tuple[int, int]:
+    """(r, ℓ = r + oversample), both clipped to min(M, N·D); r < 1 is a ValueError."""
     if r < 1:
         raise ValueError(f"rank r must be ≥ 1, got {r}")
     full = min(op.in_dim, op.out_dim)
@@ -99,13 +124,27 @@ def randomized_svd(op: JacobianOperator, r: int, oversample: int = 10, power_ite
     Products: (2q + 2)·ℓ with ℓ = r + oversample and q = ``power_iters`` — (q+1)·ℓ VJPs and
     (q+1)·ℓ JVPs; 180 at r = 20, oversample = 10, q = 2. r and ℓ are clipped to min(M, N·D); when
     ℓ reaches it, J is read whole instead with min(M, N·D) products and the result is exact.
+
+    Args:
+        op: the Jacobian operator.
+        r: the rank of the result.
+        oversample: extra sketch columns, ℓ = r + oversample.
+        power_iters: q, the rounds of power iteration after the first pass.
+        seed: seeds the Gaussian test matrix Ω (M, ℓ).
+
+    Returns:
+        The Sketch at q = ``power_iters`` (Q and JQ of width ℓ).
+
+    Raises:
+        ValueError: r < 1.
     """
     r, ell = _width(op, r, oversample)
     if ell == min(op.in_dim, op.out_dim):
         return exact_sketch(op, r)
     start = op.products
-    for q, (Z, Y) in enumerate(_power_rounds(op, ell, seed)):
+    for q, basis_and_image in enumerate(_power_rounds(op, ell, seed)):
         if q == power_iters:
+            Z, Y = basis_and_image
             break
     ritz, V, JV = _rayleigh_ritz(Z, Y)
     return Sketch(sigma=ritz[:r], V=V[:, :r], Q=V, JQ=JV, ritz=ritz, products=op.products - start,
@@ -114,9 +153,25 @@ def randomized_svd(op: JacobianOperator, r: int, oversample: int = 10, power_ite
 
 def randomized_svd_path(op: JacobianOperator, r: int, qs: tuple[int, ...], oversample: int = 10,
                         seed: int = 0) -> dict[int, Sketch]:
-    """``randomized_svd`` at every q in ``qs`` from one run of the power rounds: the result at q is
-    the one ``randomized_svd(power_iters=q)`` gives with the same seed, and the whole path costs
-    what the largest q alone costs, (2·max(qs) + 2)·ℓ products."""
+    """``randomized_svd`` at every q in ``qs`` from one run of the power rounds.
+
+    The result at q is the one ``randomized_svd(power_iters=q)`` gives with the same seed, and the
+    whole path costs what the largest q alone costs, (2·max(qs) + 2)·ℓ products.
+
+    Args:
+        op: the Jacobian operator.
+        r: the rank of each result.
+        qs: the numbers of power iterations to report.
+        oversample: extra sketch columns, ℓ = r + oversample.
+        seed: seeds the Gaussian test matrix Ω (M, ℓ).
+
+    Returns:
+        {q: Sketch} for every q in ``qs`` (one shared exact Sketch when ℓ reaches min(M, N·D);
+        ``products`` of each is what the path had spent when it reached q).
+
+    Raises:
+        ValueError: r < 1.
+    """
     r, ell = _width(op, r, oversample)
     if ell == min(op.in_dim, op.out_dim):
         exact = exact_sketch(op, r)
@@ -134,13 +189,27 @@ def randomized_svd_path(op: JacobianOperator, r: int, qs: tuple[int, ...], overs
 
 def adaptive_power_iters(op: JacobianOperator, r: int, tol: float = 1e-3, max_iters: int = 15,
                          oversample: int = 10, seed: int = 0) -> Sketch:
-    """Raise q until the recovered top-r subspace stops moving: stop at the first q ≥ 1 with
-    1 − ‖V_qᵀ V_{q−1}‖_F² / r < tol (subspace alignment, DESIGN.md), or at ``max_iters``.
+    """Randomized power iteration that raises q until the recovered top-r subspace stops moving.
 
-    The paper chooses q this way (its §4.2 / App. C.3: Halko et al.'s bound is loose at small q).
-    Rayleigh–Ritz at every q is free (the J Z_q pass is needed anyway), so stopping at q costs
-    exactly what ``randomized_svd(power_iters=q)`` costs: (2q + 2)·ℓ products. The chosen q is
-    ``power_iters`` of the result; ``alignments[q-1]`` is the alignment of V_q with V_{q−1}.
+    Stops at the first q ≥ 1 with 1 − ‖V_qᵀ V_{q−1}‖_F² / r < tol (subspace alignment,
+    docs/design.md, "Definitions"), or at ``max_iters``. The paper chooses q this way (§4.2,
+    App. C.3: Halko et al.'s bound is loose at small q). Rayleigh–Ritz at every q is free, so
+    stopping at q costs exactly what ``randomized_svd(power_iters=q)`` costs: (2q + 2)·ℓ products.
+
+    Args:
+        op: the Jacobian operator.
+        r: the rank of the result.
+        tol: the alignment error below which the subspace counts as settled.
+        max_iters: the largest q.
+        oversample: extra sketch columns, ℓ = r + oversample.
+        seed: seeds the Gaussian test matrix Ω (M, ℓ).
+
+    Returns:
+        The Sketch at the chosen q (its ``power_iters``); ``alignments[q-1]`` is the alignment of
+        V_q with V_{q−1}.
+
+    Raises:
+        ValueError: r < 1.
     """
     r, ell = _width(op, r, oversample)
     if ell == min(op.in_dim, op.out_dim):
@@ -161,22 +230,27 @@ def adaptive_power_iters(op: JacobianOperator, r: int, tol: float = 1e-3, max_it
 
 def block_krylov_svd(op: JacobianOperator, r: int, block: int | None = None, power_iters: int = 2,
                      seed: int = 0, tol: float | None = None, max_iters: int = 15) -> Sketch:
-    """Top-r singular triplets of J from the block Krylov space
-    K = [JᵀΩ, g JᵀΩ, …, gᵠ JᵀΩ] (Musco & Musco 2015, "Randomized block Krylov methods for
-    stronger and faster approximate SVD").
+    """Top-r singular triplets of J from the block Krylov space K = [JᵀΩ, g JᵀΩ, …, gᵠ JᵀΩ]
+    (Musco & Musco 2015): the passes of ``randomized_svd`` with ℓ = b, every block kept.
 
-    The same passes as ``randomized_svd`` with ℓ = b = ``block`` (default r) and q =
-    ``power_iters``, re-orthonormalised every round, but every block is kept: Rayleigh–Ritz runs
-    on all (q + 1)·b columns, whose images J K the passes have already computed. Products:
-    (2q + 2)·b, half VJPs, half JVPs (120 at r = 20, q = 2, for a 60-column basis). At q = 0 it is
-    ``randomized_svd`` at q = 0. Ω is Gaussian (M, b), drawn from ``seed``. When min(M, N·D) is
-    at most the (2q + 2)·b products the passes would cost, J is read whole instead (min(M, N·D)
-    products) and the result is exact.
+    Rayleigh–Ritz runs on all (q + 1)·b columns, whose images J K the passes already computed:
+    (2q + 2)·b products (120 at r = 20, q = 2), or min(M, N·D) to read J whole, exactly, when that
+    is no more. Adaptive mode (``tol`` set) adds rounds until 1 − alignment(V_q, V_{q−1}) < tol.
 
-    Adaptive mode (``tol`` set; ``power_iters`` is then ignored): add rounds until the top-r
-    subspace stops moving — 1 − alignment(V_q, V_{q−1}) < tol — or ``max_iters`` rounds. The
-    Rayleigh–Ritz step after each round is free (J K is known), so stopping at q costs what a
-    fixed q would. ``power_iters`` of the result is the q reached; ``alignments`` its history.
+    Args:
+        op: the Jacobian operator.
+        r: the rank of the result.
+        block: b, the columns per block (default r).
+        power_iters: q, the rounds after the first block; ignored when ``tol`` is set.
+        seed: seeds the Gaussian test matrix Ω (M, b).
+        tol: adaptive mode's alignment error threshold; None for a fixed q.
+        max_iters: the most rounds in adaptive mode.
+
+    Returns:
+        The Sketch on the (q + 1)·b-column basis; ``power_iters`` is the q reached.
+
+    Raises:
+        ValueError: r < 1, b < 1, or (q + 1)·b < r.
     """
     b = block or r
     rounds = max_iters if tol is not None else power_iters
@@ -194,7 +268,7 @@ def block_krylov_svd(op: JacobianOperator, r: int, block: int | None = None, pow
     blocks, images = [Z], [op.mm(Z)]                   # K's blocks (N·D, b) and J K's (M, b)
     alignments: list[float] = []
     previous = _rayleigh_ritz(Z, images[0])[1][:, :r] if tol is not None else None
-    for q in range(1, rounds + 1):
+    for _q in range(1, rounds + 1):
         K = torch.cat(blocks, 1)
         if K.shape[1] + b > full:                      # the basis cannot grow further
             break
@@ -216,31 +290,71 @@ def block_krylov_svd(op: JacobianOperator, r: int, block: int | None = None, pow
                   power_iters=len(blocks) - 1, alignments=alignments)
 
 
-# -- spectral summaries (DESIGN.md, "Definitions") --------------------------------------------
+# -- spectral summaries (docs/design.md, "Definitions") ---------------------------------------
 
 def subspace_alignment(U: Tensor, Uhat: Tensor) -> float:
-    """U, Û (n, r) orthonormal -> ‖UᵀÛ‖_F² / r ∈ [0, 1] (1 = same subspace)."""
+    """Subspace alignment ‖UᵀÛ‖_F² / r ∈ [0, 1] (1 = the same subspace; 1 minus it is the error).
+
+    Args:
+        U: (n, r) orthonormal columns.
+        Uhat: Û (n, r') orthonormal columns.
+
+    Returns:
+        ‖UᵀÛ‖_F² / r, r the column count of U.
+    """
     return float((U.T @ Uhat).pow(2).sum() / U.shape[1])
 
 
 def kappa_curve(sigma: Tensor, frob2: float) -> Tensor:
-    """sigma (r,) descending -> κ_cap(1..r) (r,), κ_cap(k) = Σ_{i≤k} σ_i² / ‖J‖_F²."""
+    """Captured energy κ_cap(k) = Σ_{i≤k} σ_i² / ‖J‖_F² for k = 1..r.
+
+    Args:
+        sigma: (r,) singular values, descending.
+        frob2: ‖J‖_F² (exact or estimated), > 0.
+
+    Returns:
+        κ_cap(1..r), (r,).
+    """
     return torch.cumsum(sigma.pow(2), 0) / frob2
 
 
 def r90(kappa_curve: Tensor, level: float = 0.90) -> int | None:
-    """Smallest r with κ_cap(r) ≥ level (1-based), or None when the curve never reaches it."""
+    """The smallest r with κ_cap(r) ≥ level (r_0.90 at the default level).
+
+    Args:
+        kappa_curve: κ_cap(1..r), (r,), non-decreasing.
+        level: the share of ‖J‖_F² to reach (compared with a 1e-12 tolerance).
+
+    Returns:
+        r (1-based), or None when the curve never reaches ``level``.
+    """
     hit = torch.nonzero(kappa_curve >= level - 1e-12)
     return int(hit[0, 0]) + 1 if hit.numel() else None
 
 
 def token_energy(sigma: Tensor, V: Tensor, N: int, D: int) -> Tensor:
-    """sigma (r,), V (N·D, r) -> e (N,), e_t = Σ_{i≤r} σ_i² ‖V_{t,i}‖² (V_{t,i}: token-t block
-    of the i-th right singular vector; rows of V ordered as F.reshape(-1))."""
+    """Token energy e_t = Σ_{i≤r} σ_i² ‖V_{t,i}‖², V_{t,i} the token-t block of the i-th mode.
+
+    Args:
+        sigma: (r,) singular values.
+        V: (N·D, r) right singular vectors, rows ordered as ``F.reshape(-1)``.
+        N: tokens.
+        D: channels per token.
+
+    Returns:
+        e, (N,).
+    """
     blocks = V.reshape(N, D, -1).pow(2).sum(1)  # (N, r)
     return blocks @ sigma.pow(2)
 
 
 def cv(e: Tensor) -> float:
-    """Coefficient of variation std_t(e_t) / mean_t(e_t), population std over all N tokens."""
+    """Token CV, the coefficient of variation std_t(e_t) / mean_t(e_t).
+
+    Args:
+        e: (N,) token energies.
+
+    Returns:
+        The population standard deviation over all N tokens divided by their mean.
+    """
     return float(e.std(unbiased=False) / e.mean())

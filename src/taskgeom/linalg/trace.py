@@ -1,4 +1,4 @@
-"""Trace of the pullback metric, tr g = ‖J‖_F² (DESIGN.md, "Definitions"), from Jacobian products
+"""Trace of the pullback metric, tr g = ‖J‖_F² (docs/design.md, "Definitions"), from Jacobian products
 only: JVPs for input-side starts, VJPs for output-side ones.
 
 Hutchinson (1989): tr g = E_z zᵀ g z = E_z ‖J z‖², z Rademacher.
@@ -25,7 +25,16 @@ from taskgeom.linalg.operator import JacobianOperator
 
 @dataclass
 class TraceEstimate:
-    """estimate = exact_part + residual; stderr: standard error of the stochastic part."""
+    """A trace estimate, estimate = exact_part + residual.
+
+    Attributes:
+        estimate: the estimate of tr g.
+        exact_part: ‖J Q‖_F² on the deflation basis (0 for plain Hutchinson).
+        residual: the mean of the stochastic samples.
+        stderr: the standard error of that mean (inf with one sample).
+        num_probes: the Rademacher starts used.
+        products: JVPs spent.
+    """
 
     estimate: float
     exact_part: float
@@ -37,12 +46,24 @@ class TraceEstimate:
 
 def rademacher(n: int, k: int, seed: int, dtype: torch.dtype = torch.float64,
                device: torch.device | str = "cpu") -> Tensor:
-    """(n, k) matrix of independent ±1 entries drawn from ``seed``."""
+    """Independent ±1 entries, the starts of every stochastic estimator here.
+
+    Args:
+        n: rows.
+        k: columns.
+        seed: seeds a fresh ``torch.Generator`` on ``device``.
+        dtype: the result's dtype.
+        device: where to draw.
+
+    Returns:
+        (n, k), each entry ±1 with probability ½.
+    """
     gen = torch.Generator(device=device).manual_seed(seed)
     return torch.randint(0, 2, (n, k), generator=gen, device=device).to(dtype).mul_(2).sub_(1)
 
 
 def _mean_and_stderr(samples: Tensor) -> tuple[float, float]:
+    """Mean and standard error of the samples (inf for one sample, zeros for none)."""
     k = samples.numel()
     if k == 0:
         return 0.0, 0.0
@@ -51,7 +72,16 @@ def _mean_and_stderr(samples: Tensor) -> tuple[float, float]:
 
 
 def hutchinson(op: JacobianOperator, num_probes: int, seed: int = 0) -> TraceEstimate:
-    """‖J‖_F² ≈ (1/m) Σ_j ‖J z_j‖², z_j Rademacher (N·D,). Products: m JVPs."""
+    """Hutchinson's estimator (Hutchinson 1989), ‖J‖_F² ≈ (1/m) Σ_j ‖J z_j‖², z_j Rademacher.
+
+    Args:
+        op: the Jacobian operator.
+        num_probes: m, the starts (N·D,); m JVPs.
+        seed: seeds the starts.
+
+    Returns:
+        A TraceEstimate with ``exact_part`` 0.
+    """
     start = op.products
     Z = rademacher(op.in_dim, num_probes, seed, op.dtype, op.device)  # (N·D, m)
     samples = op.mm(Z).pow(2).sum(0)                                  # (m,)
@@ -61,11 +91,20 @@ def hutchinson(op: JacobianOperator, num_probes: int, seed: int = 0) -> TraceEst
 
 def hutchpp(op: JacobianOperator, basis: Tensor, num_probes: int, seed: int = 0,
             J_basis: Tensor | None = None) -> TraceEstimate:
-    """Hutch++ (Meyer et al. 2021) on g = JᵀJ with a given orthonormal basis Q (N·D, k).
+    """Hutch++ (Meyer et al. 2021) on g = JᵀJ with a given orthonormal basis Q.
 
-    tr g = ‖J Q‖_F² + (1/m) Σ_j ‖J (I − QQᵀ) z_j‖².
-    Products: k JVPs for the exact part, or none when ``J_basis`` = J Q (M, k) is passed (e.g.
-    ``Sketch.JQ``, already paid for by the power iteration); m JVPs for the residual.
+    tr g = ‖J Q‖_F² + (1/m) Σ_j ‖J (I − QQᵀ) z_j‖², z_j Rademacher.
+
+    Args:
+        op: the Jacobian operator.
+        basis: Q (N·D, k), orthonormal columns (e.g. ``Sketch.Q``).
+        num_probes: m, the Rademacher starts; m JVPs.
+        seed: seeds the starts.
+        J_basis: J Q (M, k) when already known (e.g. ``Sketch.JQ``, paid for by the power
+            iteration); otherwise k JVPs compute it.
+
+    Returns:
+        A TraceEstimate with ``exact_part`` = ‖J Q‖_F².
     """
     start = op.products
     JQ = op.mm(basis) if J_basis is None else J_basis
@@ -81,20 +120,26 @@ def leave_one_out_residuals(X: Tensor, JX: Tensor, norms: Tensor, output_starts:
     """Per-run samples of tr(P g P) that each project out the *other* runs' vectors (the
     exchangeable principle of XTrace, Epperly, Tropp & Webber 2024): no products, less variance.
 
-    X (m, n, k): run j's input-side vectors in P's range, J X (m, M, k) their images, norms (m,)
-    such that run j's start is s_j = norms[j] · X[j, :, 0] — P z_j (input side, then J s_j is
-    norms[j] · JX[j, :, 0]) or P Jᵀ z_j (``output_starts``), z_j Rademacher.
-    Sample j = ‖J W_j‖_F² + (Hutchinson on P_j g P_j, P_j = P − W_j W_jᵀ), W_j an orthonormal
-    basis of the other runs' vectors: input side ‖J P_j z_j‖², output side ‖P_j Jᵀ z_j‖². W_j
-    does not depend on z_j, so every sample is unbiased, and the energy the other runs' vectors
-    hold (the residual's leading directions, which carry most of Hutchinson's variance) is counted
-    exactly instead of sampled. With one run this is plain Hutchinson. Runs after the first
-    ``pool`` are deflated by the pool's vectors (``deflated_residuals``), which bounds the cost
-    once the runs are many. Returns (m,).
+    Sample j = ‖J W_j‖_F² + (Hutchinson on P_j g P_j, P_j = P − W_j W_jᵀ), W_j an orthonormal basis
+    of the other runs' vectors. W_j does not depend on z_j, so every sample is unbiased, and the
+    energy the other runs' vectors hold (the residual's leading directions, which carry most of
+    Hutchinson's variance) is counted exactly instead of sampled. With one run this is plain
+    Hutchinson. All m samples come from one inverse B = (XᵀX)⁻¹: the projector onto the others'
+    span is Π − X B[:, j] B[j, j]⁻¹ B[j, :] Xᵀ (Π onto all of them; j's k columns as one block),
+    so the distance of s_j from that span is ‖s_j‖ (B[j, j]⁻¹)₀₀^½ and its image
+    J X B[:, j] B[j, j]⁻¹ e₀.
 
-    All m samples come from one inverse B = (XᵀX)⁻¹: the projector onto the others' span is
-    Π − X B[:, j] B[j, j]⁻¹ B[j, :] Xᵀ (Π onto all of them; j's k columns as one block), so the
-    distance of s_j from that span is ‖s_j‖ (B[j, j]⁻¹)₀₀^½ and its image J X B[:, j] B[j, j]⁻¹ e₀.
+    Args:
+        X: (m, n, k) run j's input-side vectors in P's range.
+        JX: (m, M, k) their images J X.
+        norms: (m,) such that run j's start is s_j = norms[j] · X[j, :, 0]: P z_j on the input
+            side, P Jᵀ z_j on the output side, z_j Rademacher.
+        output_starts: the runs started on the output side.
+        pool: runs after the first ``pool`` are deflated by the pool's vectors only
+            (``deflated_residuals``), which bounds the cost once the runs are many.
+
+    Returns:
+        (m,) the samples, in X's dtype.
     """
     m, n, k = X.shape
     if m > pool:
@@ -140,8 +185,10 @@ def _orthonormal_runs(X: Tensor, JX: Tensor, norms: Tensor) -> tuple[Tensor, Ten
                 JY[:, :, i] -= coef * JY[:, :, p]
         size = Y[:, :, i].norm(dim=1, keepdim=True)
         ok = size > 1e-10 * ref
-        Y[:, :, i] = torch.where(ok, Y[:, :, i] / torch.where(ok, size, torch.ones_like(size)), torch.zeros_like(size))
-        JY[:, :, i] = torch.where(ok, JY[:, :, i] / torch.where(ok, size, torch.ones_like(size)), torch.zeros_like(size))
+        Y[:, :, i] = torch.where(ok, Y[:, :, i] / torch.where(ok, size, torch.ones_like(size)),
+                                 torch.zeros_like(size))
+        JY[:, :, i] = torch.where(ok, JY[:, :, i] / torch.where(ok, size, torch.ones_like(size)),
+                                  torch.zeros_like(size))
     return Y, JY, norms * ref[:, 0]
 
 
@@ -168,12 +215,20 @@ def _leave_one_out_by_bases(A: Tensor, H: Tensor, c: Tensor, k: int, output_star
 def deflated_residuals(X: Tensor, JX: Tensor, S: Tensor, JS: Tensor | None = None) -> Tensor:
     """Hutch++ samples of tr(P g P) from extra starts, deflated by the Lanczos runs' vectors.
 
-    X (m, n, k), J X (m, M, k): the runs' input-side vectors in P's range and their images (as in
-    ``leave_one_out_residuals``, from runs on either side); S (n, p) = P Jᵀ z_i for output-side
-    starts, or P z_i for input-side ones with J S (M, p), z_i Rademacher and independent of the
-    runs. Sample i = ‖J W‖_F² + ‖(P − W Wᵀ) Jᵀ z_i‖² or ‖J (P − W Wᵀ) z_i‖², W an orthonormal
-    basis of the runs' vectors: one product per sample, and the runs' leading residual directions
-    are counted exactly. Returns (p,).
+    Sample i = ‖J W‖_F² + ‖(P − W Wᵀ) Jᵀ z_i‖² or ‖J (P − W Wᵀ) z_i‖², W an orthonormal basis of
+    the runs' vectors: one product per sample (paid by the caller), and the runs' leading residual
+    directions are counted exactly.
+
+    Args:
+        X: (m, n, k) the runs' input-side vectors in P's range (as in
+            ``leave_one_out_residuals``, from runs on either side).
+        JX: (m, M, k) their images J X.
+        S: (n, p) the starts, P Jᵀ z_i (output side) or P z_i (input side), z_i Rademacher and
+            independent of the runs.
+        JS: (M, p) = J S for input-side starts; None for output-side ones.
+
+    Returns:
+        (p,) the samples, in X's dtype.
     """
     m, n, k = X.shape
     Y, JY, _ = _orthonormal_runs(X.double(), JX.double(), torch.ones(m, dtype=torch.float64, device=X.device))

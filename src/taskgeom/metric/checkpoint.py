@@ -1,5 +1,5 @@
 """Learned-metric networks on disk: safetensors weights + a JSON config (never pickles,
-DESIGN.md "Conventions"). An importance-head checkpoint holds one network per training seed,
+docs/design.md, "Conventions"). An importance-head checkpoint holds one network per training seed,
 its tensors prefixed ``seed<k>.``, so the pruning stages can average over seeds."""
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ class Curve:
         return self.wait_s / self.total_s if self.total_s else 0.0
 
 
-def fit(model: nn.Module, target: TargetFile, keys: tuple[str, ...], loss_fn: Callable[[nn.Module, dict[str, Tensor]], Tensor],
+def fit(model: nn.Module, target: TargetFile, keys: tuple[str, ...],
+        loss_fn: Callable[[nn.Module, dict[str, Tensor]], Tensor],
         steps: int, batch_size: int, lr: float, seed: int, device: str, limit: int | None = None,
         progress: Callable = lambda it, **kw: it) -> Curve:
     """AdamW with warm-up and cosine decay on minibatches streamed from ``target``."""

@@ -6,7 +6,7 @@ where a per-token factored metric cannot work: the paper's Thm 2). A metric-vect
 O(N·D·r) (``metric_vector_product``), never O((N·D)²).
 
 Training targets are top-r singular triplets (σ_i, v_i) of J (RandNLA or exact, see
-``taskgeom.stages.targets``). The mode loss is the σ²-weighted share of the target metric's top-r
+``taskgeom.metric.targets``). The mode loss is the σ²-weighted share of the target metric's top-r
 energy that span U misses, 1 − Σ σ_i² ‖Uᵀv_i‖² / Σ σ_i² — invariant to rotations within span U,
 so the network learns a subspace, not an arbitrary basis (averaged with 1 − V1, see ``spn_loss``).
 Energies are regressed in log space
@@ -86,5 +86,5 @@ def spn_loss(m: PredictedMetric, V: Tensor, sigma: Tensor, frob2: Tensor, energy
 
 
 def subspace_alignment_batch(U: Tensor, V: Tensor) -> Tensor:
-    """‖UᵀV‖_F² / r per item (DESIGN.md, "Definitions"): U, V (B, n, r) orthonormal -> (B,)."""
+    """‖UᵀV‖_F² / r per item (docs/design.md, "Definitions"): U, V (B, n, r) orthonormal -> (B,)."""
     return torch.einsum("bnr,bnk->brk", U, V).pow(2).sum(dim=(1, 2)) / V.shape[-1]

@@ -1,5 +1,6 @@
-"""The ``targets`` stage: the HDF5 cache of Jacobian targets that the SPN and the importance
-head learn from (paper §5.3–5.4), and the reader that streams it into training.
+"""The HDF5 cache of Jacobian targets that the SPN and the importance head learn from (paper
+§5.3–5.4): what one image's row holds (``image_targets``, written by the ``targets`` stage,
+``taskgeom.stages.targets``), and the reader that streams it into training.
 
 For each image of a probe's train / val / test split, one row of each dataset:
 
@@ -7,14 +8,15 @@ For each image of a probe's train / val / test split, one row of each dataset:
 - ``q{q}/sigma`` (r,), ``q{q}/modes`` (N, D, r), ``q{q}/importance`` (N,): randomized block power
   iteration (``linalg.randomized_svd_path``, oversampling ``oversample``) at q = 1 and at the q of
   params, both from one run, and the spectral importance target e_t = Σ_{i≤r} σ_i² ‖V_{t,i}‖²
-  (DESIGN.md);
+  (docs/design.md, "Definitions");
 - ``block_norm`` (N,): the block-norm target ‖J_t‖_F², by Hutchinson in output space —
   E‖(Jᵀu)_t‖² = ‖J_t‖_F² for Rademacher u, all tokens from the same ``block_norm_probes`` VJPs —
   and ``frob2`` = Σ_t block_norm_t, an estimate of ‖J‖_F²;
 - ``exact/…`` the same from the dense Jacobian (its full SVD; block norms exact), on every split
   when min(M, N·D) ≤ ``exact.max_dim`` — the documented subset: probes small enough that the
   dense reference costs about what the RandNLA targets do. Larger probes have no exact rows, and
-  their held-out evaluation uses the RandNLA targets at the largest q.
+  their held-out evaluation uses the RandNLA targets at the largest q;
+- ``products``: the JVPs + VJPs the row cost.
 
 Image counts come from ``learn.targets.images``, overridden per probe by its own ``images``.
 
@@ -35,7 +37,9 @@ import numpy as np
 from torch import Tensor
 
 from taskgeom.data.hdf5 import StoreError, open_store, read_attr_json
-from taskgeom.linalg import JacobianOperator, exact_sketch, rademacher, randomized_svd_path, token_energy
+from taskgeom.linalg.operator import JacobianOperator
+from taskgeom.linalg.sketch import exact_sketch, randomized_svd_path, token_energy
+from taskgeom.linalg.trace import rademacher
 from taskgeom.probes import Probe
 
 KIND = "targets"

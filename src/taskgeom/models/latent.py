@@ -140,5 +140,6 @@ class LatentHost(nn.Module):
 
 
 def build_latent_host(base: nn.Module, decoder: str, config: Mapping) -> LatentHost:
-    vae = FeatureVAE(TokenLayout(**config["layout"]), config["dim"], config["token_dim"], config["width"], config["stride"])
+    vae = FeatureVAE(TokenLayout(**config["layout"]), config["dim"], config["token_dim"], config["width"],
+                     config["stride"])
     return LatentHost(base, decoder, vae)

@@ -47,8 +47,8 @@ class TinyMultiView(nn.Module):
         super().__init__()
         if len(read_layers) != 4 or max(read_layers) >= depth:
             raise ValueError(f"read_layers must be 4 block indices below depth={depth}, got {list(read_layers)}")
-        self.patch_embed = ConvStemPatchEmbed(img_size, patch_size, 3, embed_dim, output_fmt="NHWC", dynamic_img_pad=False,
-                                      strict_img_size=False)
+        self.patch_embed = ConvStemPatchEmbed(img_size, patch_size, 3, embed_dim, output_fmt="NHWC",
+                                              dynamic_img_pad=False, strict_img_size=False)
         grid = img_size // patch_size
         self.pos_embed = nn.Parameter(torch.randn(1, grid * grid, embed_dim) * 0.02)
         self.camera_tokens = nn.Parameter(torch.randn(2, embed_dim) * 0.02)  # first view, other views

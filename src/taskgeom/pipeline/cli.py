@@ -17,7 +17,8 @@ from pathlib import Path
 from taskgeom import __version__
 from taskgeom.data.hdf5 import StoreError
 from taskgeom.pipeline import config
-from taskgeom.pipeline.registry import PARAMS_OK, STAGES, Collect, Stage, fill
+from taskgeom.pipeline.registry import PARAMS_OK, STAGES
+from taskgeom.pipeline.stage import Collect, Stage, fill
 
 PROFILES_DIR = Path("params")
 

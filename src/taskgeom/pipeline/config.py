@@ -118,10 +118,12 @@ def prune_checks(params: dict) -> list[str]:
         return problems
     rendered = [world["resolution"], *world.get("eval_resolutions", [])]
     if prune["resolutions"][0] != world["resolution"]:
-        problems.append(f"prune.resolutions: must start with the base resolution world.resolution = {world['resolution']}")
+        problems.append("prune.resolutions: must start with the base resolution "
+                        f"world.resolution = {world['resolution']}")
     for r in prune["resolutions"]:
         if r not in rendered:
-            problems.append(f"prune.resolutions: {r} is not rendered (world.resolution + world.eval_resolutions: {rendered})")
+            problems.append(f"prune.resolutions: {r} is not rendered "
+                            f"(world.resolution + world.eval_resolutions: {rendered})")
     for kind in ("cls", "dense"):
         for name, cfg in prune[kind].items():
             key = f"prune.{kind}.{name}"
@@ -172,7 +174,8 @@ def retrieval_checks(params: dict) -> list[str]:
         else:
             train = {**learn["targets"]["images"], **probe.get("images", {})}["train"]
             if cfg["holdout"] >= train - 1:
-                problems.append(f"{key}.holdout: {cfg['holdout']} leaves fewer than 2 of the probe's {train} training images")
+                problems.append(f"{key}.holdout: {cfg['holdout']} leaves fewer than 2 "
+                                f"of the probe's {train} training images")
         head = learn["heads"].get(cfg["head"])
         if head is None or head["probe"] != cfg["probe"]:
             problems.append(f"{key}.head: {cfg['head']!r} is not an importance head of probe {cfg['probe']!r}")

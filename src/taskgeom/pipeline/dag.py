@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import yaml
 
 from taskgeom.pipeline import config
-from taskgeom.pipeline.registry import PARAMS_OK, STAGES, Collect, Stage, fill
+from taskgeom.pipeline.registry import PARAMS_OK, STAGES
+from taskgeom.pipeline.stage import Collect, Stage, fill
 
 DVC_HEADER = "# Generated from src/taskgeom/pipeline/registry.py by `taskgeom dvc-yaml`; do not edit by hand.\n"
 
@@ -25,7 +26,8 @@ def dvc_path(template: str, stage: Stage) -> str:
 
 
 def dvc_stage(stage: Stage) -> dict:
-    deps = list(dict.fromkeys(d.directory if isinstance(d, Collect) else dvc_path(d, stage) for d in stage.deps.values()))
+    deps = list(dict.fromkeys(d.directory if isinstance(d, Collect) else dvc_path(d, stage)
+                              for d in stage.deps.values()))
     name = "${key}" if stage.keyed else "${item}"
     body = {"cmd": stage.command(name) if stage.wildcard else stage.command(), "deps": deps + list(stage.code)}
     if stage.params:

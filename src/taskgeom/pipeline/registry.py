@@ -1,14 +1,10 @@
 """The stage registry: the single source of both DAGs.
 
-Each stage is one ``taskgeom STAGE`` subcommand. Its named inputs, outputs and
-parameter keys are declared here once; ``dvc.yaml`` is generated from this table
-(``taskgeom dvc-yaml``) and the Snakemake rules in ``rules/*.smk`` read it through
-``taskgeom.pipeline.dag``. Paths are templates over the stage's wildcard, written
-``{model}``; a ``Collect`` input gathers one file per value of a parameter list
-(Snakemake expands it; DVC depends on the directory that holds them). A stage whose
-``foreach`` key holds a mapping (name -> settings, e.g. the diagnostic's probes) is
-``keyed``: the wildcard is the name, and templates may read a field of the settings,
-written ``{probe.model}`` (DVC's ``${item.model}``, a Snakemake input function).
+Each stage is one ``taskgeom STAGE`` subcommand, run by ``taskgeom.stages.<stage>`` (see
+``stage.Stage``). Its named inputs, outputs and parameter keys are declared here once;
+``dvc.yaml`` is generated from this table (``taskgeom dvc-yaml``) and the Snakefile's
+``stage_rule`` makes one Snakemake rule per stage through ``taskgeom.pipeline.dag``. The code a
+stage depends on is not declared: it is derived from its runner's imports (``codedeps``).
 
 In DVC every stage depends on ``check-params``, whose output never changes while
 params.yaml is valid: an invalid params.yaml stops DVC there, before any stage deletes
@@ -18,65 +14,8 @@ which stops Snakemake before it builds its DAG, so Snakemake has no such rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from taskgeom.pipeline.codedeps import code_files
-
-
-@dataclass(frozen=True)
-class Collect:
-    """One file per value of the list at params key ``over``, e.g. every zoo model's metrics."""
-
-    template: str  # with one "{item}" placeholder, e.g. "results/zoo/{item}.json"
-    over: str      # dotted params key of a list
-
-    @property
-    def directory(self) -> str:
-        return self.template.split("{item}")[0].rstrip("/")
-
-
-@dataclass(frozen=True)
-class Stage:
-    name: str
-    help: str
-    deps: dict[str, str | Collect] = field(default_factory=dict)
-    outs: dict[str, str] = field(default_factory=dict)
-    params: tuple[str, ...] = ()         # dotted params keys, may use the wildcard
-    wildcard: str | None = None          # e.g. "model"
-    foreach: str | None = None           # params key of the wildcard's values (a list, or a mapping if keyed)
-    keyed: bool = False                  # foreach is a mapping; templates may use {wildcard.field}
-    threads: int = 1                     # CPU threads it runs with (runtime.use_threads)
-    mem_mb: int = 2000
-    runtime: int = 10                    # minutes, for cluster schedulers
-    gpu: bool = False                    # benefits from a GPU (device: auto uses one)
-    dvc_only: bool = False               # a stage only DVC needs (see check-params)
-
-    @property
-    def runner(self) -> str:
-        """The module that runs it: ``taskgeom prune-dense`` runs ``taskgeom.stages.prune_dense``."""
-        return f"taskgeom.stages.{self.name.replace('-', '_')}"
-
-    @property
-    def code(self) -> tuple[str, ...]:
-        """Source files whose change reruns the stage: its runner's import closure (``codedeps``)."""
-        return code_files(self.runner)
-
-    @property
-    def log(self) -> str:
-        return f"logs/{self.name}/{{{self.wildcard}}}.log" if self.wildcard else f"logs/{self.name}.log"
-
-    @property
-    def benchmark(self) -> str:
-        return self.log.replace("logs/", "logs/benchmarks/", 1).removesuffix(".log") + ".tsv"
-
-    def command(self, wildcard_value: str | None = None, log: str | None = None) -> str:
-        """The shell command, with the wildcard written as ``wildcard_value`` (a template string is fine)."""
-        parts = ["taskgeom", self.name]
-        if self.wildcard:
-            parts += [f"--{self.wildcard}", wildcard_value or f"{{{self.wildcard}}}"]
-        parts += ["--log", log or self.log.replace(f"{{{self.wildcard}}}", wildcard_value or "")]
-        return " ".join(parts)
-
+from taskgeom.pipeline.config import get
+from taskgeom.pipeline.stage import Collect, Stage, fill
 
 PKG = "src/taskgeom"
 WORLD_FILES = {
@@ -96,7 +35,8 @@ PRUNE_TABLES = ("table2", "resolutions", "schedules", "second_domain", "baseline
 PRUNE_FIGURES = ("prune_degradation", "prune_maps")
 RETRIEVAL_TABLES = ("table14", "table15", "ablation", "two_stage")
 RETRIEVAL_FIGURES = ("retrieval_distances", "retrieval_examples")
-PRUNE_SETTINGS = ("prune.ratios", "prune.seeds", "prune.images", "prune.batch_size", "prune.domains", "prune.resolutions")
+PRUNE_SETTINGS = ("prune.ratios", "prune.seeds", "prune.images", "prune.batch_size", "prune.domains",
+                  "prune.resolutions")
 
 STAGES: tuple[Stage, ...] = (
     Stage(
@@ -170,7 +110,8 @@ STAGES: tuple[Stage, ...] = (
               "summaries": Collect("results/diagnose/probes/{item}.json", over="diagnose.probes"),
               "arrays": Collect("results/diagnose/probes/{item}.h5", over="diagnose.probes"),
               "paper_numbers": "references/paper_numbers.yaml"},
-        outs={**{f"{t}_{ext}": f"results/diagnose/{t}.{ext}" for t in DIAGNOSTIC_TABLES for ext in ("csv", "md", "tex")},
+        outs={**{f"{t}_{ext}": f"results/diagnose/{t}.{ext}" for t in DIAGNOSTIC_TABLES
+                 for ext in ("csv", "md", "tex")},
               **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in ("spectra", "kappa_curves")
                  for ext in ("png", "pdf")}},
         params=("diagnose.probes", "diagnose.estimator", "diagnose.bootstrap", "diagnose.regimes"),
@@ -260,7 +201,8 @@ STAGES: tuple[Stage, ...] = (
              "EViT and random; CLS degradation per ratio, domain and resolution, k-NN accuracy (§7.1).",
         deps={"params_ok": PARAMS_OK, "train": WORLD_FILES["train"], "test": WORLD_FILES["test"],
               "weights": "data/zoo/{cls.model}/model.safetensors", "config": "data/zoo/{cls.model}/config.json",
-              "head_weights": "data/heads/{cls.head}/model.safetensors", "head_config": "data/heads/{cls.head}/config.json",
+              "head_weights": "data/heads/{cls.head}/model.safetensors",
+              "head_config": "data/heads/{cls.head}/config.json",
               "spn_weights": "data/spn/{cls.spn}/model.safetensors", "spn_config": "data/spn/{cls.spn}/config.json"},
         outs={"table": "results/prune/cls/{cls}.csv", "summary": "results/prune/cls/{cls}.json"},
         params=("prune.cls.{cls}", *PRUNE_SETTINGS, "prune.knn", "learn.bootstrap", "device"),
@@ -331,7 +273,8 @@ STAGES: tuple[Stage, ...] = (
               "targets": "data/targets/{retrieval.probe}/train.h5",
               "head_weights": "data/heads/{retrieval.head}/model.safetensors",
               "head_config": "data/heads/{retrieval.head}/config.json"},
-        outs={"weights": "data/retrieval/{retrieval}/model.safetensors", "config": "data/retrieval/{retrieval}/config.json",
+        outs={"weights": "data/retrieval/{retrieval}/model.safetensors",
+              "config": "data/retrieval/{retrieval}/config.json",
               "metrics": "results/retrieval/runs/{retrieval}.json",
               "curve": "results/retrieval/runs/{retrieval}_curve.csv"},
         params=("retrieval.{retrieval}", "learn.bootstrap", "learn.targets.power_iters", "device"),
@@ -348,8 +291,10 @@ STAGES: tuple[Stage, ...] = (
         deps={"params_ok": PARAMS_OK, "metrics": Collect("results/retrieval/runs/{item}.json", over="retrieval"),
               "curves": Collect("results/retrieval/runs/{item}_curve.csv", over="retrieval"),
               "test": WORLD_FILES["test"], "paper_numbers": "references/paper_numbers.yaml"},
-        outs={**{f"{t}_{ext}": f"results/retrieval/{t}.{ext}" for t in RETRIEVAL_TABLES for ext in ("csv", "md", "tex")},
-              **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in RETRIEVAL_FIGURES for ext in ("png", "pdf")}},
+        outs={**{f"{t}_{ext}": f"results/retrieval/{t}.{ext}" for t in RETRIEVAL_TABLES
+                 for ext in ("csv", "md", "tex")},
+              **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in RETRIEVAL_FIGURES
+                 for ext in ("png", "pdf")}},
     ),
     Stage(
         name="report",
@@ -379,24 +324,8 @@ def stage(name: str) -> Stage:
         raise KeyError(f"no stage {name!r}; stages: {', '.join(BY_NAME)}") from None
 
 
-def fill(template: str, stage_: Stage, value: str | None, params: dict | None = None) -> str:
-    """Substitute the stage's wildcard (and, for a keyed stage, ``{wildcard.field}`` from the
-    item's settings in ``params``) in a path or params-key template."""
-    if not stage_.wildcard or value is None:
-        return template
-    if stage_.keyed and f"{{{stage_.wildcard}." in template:
-        from taskgeom.pipeline.config import get
-
-        item = get(params, stage_.foreach)[value]
-        for key, field_value in item.items():
-            template = template.replace(f"{{{stage_.wildcard}.{key}}}", str(field_value))
-    return template.replace(f"{{{stage_.wildcard}}}", value)
-
-
 def final_outputs(params: dict) -> list[str]:
     """Every output of every Snakemake stage, wildcards expanded from ``params`` (its `all`)."""
-    from taskgeom.pipeline.config import get
-
     paths = []
     for s in STAGES:
         if s.dvc_only:

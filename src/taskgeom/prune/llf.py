@@ -27,12 +27,32 @@ from taskgeom.prune.tome import bipartite_soft_matching, merge_wavg
 
 
 def stage_counts(total: int, stages: int) -> list[int]:
-    """Removals per stage: ``total`` split evenly, the remainder to the earliest stages."""
+    """Removals per stage: ``total`` split evenly, the remainder to the earliest stages.
+
+    Args:
+        total: tokens to remove in all.
+        stages: the number of pruning points.
+
+    Returns:
+        ``stages`` counts that sum to ``total``.
+    """
     base, extra = divmod(total, stages)
     return [base + (j < extra) for j in range(stages)]
 
 
 def check_schedule(schedule: Sequence[int], last: int) -> tuple[int, ...]:
+    """Validate a pruning schedule: the blocks after which tokens are removed.
+
+    Args:
+        schedule: block indices.
+        last: the decoder's last block, which a schedule must stay below.
+
+    Returns:
+        The schedule as a tuple.
+
+    Raises:
+        ValueError: the indices are not strictly increasing in [0, last).
+    """
     schedule = tuple(schedule)
     if not schedule or list(schedule) != sorted(set(schedule)) or schedule[0] < 0 or schedule[-1] >= last:
         raise ValueError(f"prune schedule {list(schedule)}: strictly increasing block indices below the "
@@ -51,9 +71,11 @@ class TokenState:
 
     @property
     def pruned(self) -> bool:
+        """Whether any token has been removed (and not reinserted)."""
         return self.keep is not None
 
     def positions(self) -> Tensor:
+        """(B, K) the current tokens' indices in the full token sequence."""
         b, n = self.h.shape[:2]
         return self.keep if self.pruned else torch.arange(n, device=self.h.device).expand(b, n)
 
@@ -68,6 +90,7 @@ class TokenState:
         self.h = gather_tokens(self.h, keep_local)
 
     def reinsert(self) -> None:
+        """Put every removed token back at its frozen value (Last-Layer Fusion)."""
         self.h, self.keep, self.frozen = self.full(), None, None
 
 
@@ -75,8 +98,27 @@ class TokenState:
 def pruned_forward(host: ProbeHost, decoder: str, images: Tensor, schedule: Sequence[int], method: str, ratio: float,
                    llf: bool = True, learned: LearnedMetric | None = None,
                    generator: torch.Generator | None = None) -> Tensor:
-    """images (B, 3, H, W) -> decoder output (B, M) with patch tokens pruned after the blocks of
-    ``schedule``, ``method`` one of random, tome_score, evit, importance (hard prune) or tome (merge)."""
+    """A frozen dense model's decoder output with patch tokens pruned after the blocks of
+    ``schedule`` (see the module docstring).
+
+    Args:
+        host: the frozen model.
+        decoder: the decoder to run (one of ``host.decoders``).
+        images: (B, 3, H, W).
+        schedule: strictly increasing block indices below the decoder's last block.
+        method: random, tome_score, evit or importance (hard prune), or tome (merge).
+        ratio: η, the fraction of patch tokens removed in all, spread over the stages.
+        llf: Last-Layer Fusion: reinsert every token before the decoder's last block.
+        learned: the trained importance head, for ``method="importance"``.
+        generator: draws the scores of ``method="random"``.
+
+    Returns:
+        The decoder output, (B, M).
+
+    Raises:
+        ValueError: an unknown decoder or method, a bad schedule, η outside [0, 1), or
+            ``method="importance"`` without ``learned``.
+    """
     check_decoder(host, decoder)
     reads = tuple(host.decoder_layers(decoder))
     last = max(reads)
@@ -105,6 +147,7 @@ def pruned_forward(host: ProbeHost, decoder: str, images: Tensor, schedule: Sequ
 
 
 def _tome_forward(host, decoder, h, ctx, reads, counts, llf) -> Tensor:
+    """``pruned_forward`` with ToMe merging at the pruning points, unmerged wherever a full grid is read."""
     unmerges, size, states = [], None, {}
     last = max(reads)
 

@@ -53,10 +53,12 @@ def settings(prune: dict, base_resolution: int) -> list[tuple[str, int]]:
     if prune["resolutions"][0] != base_resolution:
         raise ValueError(f"prune.resolutions must start with the base resolution {base_resolution}, "
                          f"got {prune['resolutions']}")
-    return [(d, base_resolution) for d in prune["domains"]] + [(prune["domains"][0], r) for r in prune["resolutions"][1:]]
+    return ([(d, base_resolution) for d in prune["domains"]]
+            + [(prune["domains"][0], r) for r in prune["resolutions"][1:]])
 
 
-def world_batch(path: Path, domain: str, resolution: int, limit: int, keys: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+def world_batch(path: Path, domain: str, resolution: int, limit: int,
+                keys: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """The first ``limit`` images of a world split in ``domain`` at ``resolution``, plus ``keys``."""
     if domain not in DOMAINS:
         raise ValueError(f"prune.domains: unknown domain {domain!r}; known: {sorted(DOMAINS)}")

@@ -19,17 +19,26 @@ MergeFn = Callable[..., Tensor]
 
 
 def _identity(x: Tensor, mode: str = "mean") -> Tensor:
+    """The merge and unmerge of a matching that merges nothing."""
     return x
 
 
 def bipartite_soft_matching(metric: Tensor, r: int, class_token: bool = True) -> tuple[MergeFn, MergeFn]:
-    """metric (B, N, C) -> (merge, unmerge).
+    """ToMe's bipartite soft matching: pair each A token with its most similar B token and choose
+    the r best-matched pairs to merge.
 
-    ``merge(x, mode="mean")``: x (B, N, C') -> (B, N − r, C'), the unmerged A tokens (class token
-    first) then the B tokens, each B token reduced with the A tokens merged into it (``mode`` is a
-    ``scatter_reduce`` reduction, the B token itself included). ``unmerge``: (B, N − r, C') ->
-    (B, N, C'), every token back at its place, merged ones copying their destination.
-    r is capped at half the unprotected tokens; r ≤ 0 gives identities.
+    Args:
+        metric: (B, N, C) the tokens' similarity features (ToMe: the attention keys averaged over
+            heads); compared by cosine similarity.
+        r: tokens to remove; capped at half the unprotected tokens, and r ≤ 0 gives identities.
+        class_token: token 0 is the class token: never merged away, and kept first.
+
+    Returns:
+        (merge, unmerge). ``merge(x, mode="mean")``: x (B, N, C') -> (B, N − r, C'), the unmerged
+        A tokens (class token first) then the B tokens, each B token reduced with the A tokens
+        merged into it (``mode`` is a ``scatter_reduce`` reduction, the B token itself included).
+        ``unmerge(x)``: (B, N − r, C') -> (B, N, C'), every token back at its place, merged ones
+        copying their destination.
     """
     protected = int(class_token)
     t = metric.shape[1]
@@ -73,8 +82,16 @@ def bipartite_soft_matching(metric: Tensor, r: int, class_token: bool = True) ->
 
 
 def merge_wavg(merge: MergeFn, x: Tensor, size: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """Size-weighted average merge: x (B, N, C), size (B, N, 1) tokens each stands for ->
-    merged x (B, N − r, C) and size (B, N − r, 1)."""
+    """Size-weighted average merge (ToMe's ``merge_wavg``).
+
+    Args:
+        merge: a merge function from ``bipartite_soft_matching``.
+        x: (B, N, C) tokens.
+        size: (B, N, 1) how many original tokens each stands for; None for ones.
+
+    Returns:
+        The merged x (B, N − r, C), each a size-weighted mean, and the merged size (B, N − r, 1).
+    """
     if size is None:
         size = torch.ones_like(x[..., :1])
     x = merge(x * size, mode="sum")
@@ -84,7 +101,14 @@ def merge_wavg(merge: MergeFn, x: Tensor, size: Tensor | None = None) -> tuple[T
 
 def tome_score(keys: Tensor) -> Tensor:
     """The ToMe score as a token importance: 1 − the highest cosine similarity of a token's mean
-    key to any other token's. keys (B, N, C) -> (B, N); redundant tokens score low."""
+    key to any other token's, so redundant tokens score low.
+
+    Args:
+        keys: (B, N, C) attention keys averaged over heads.
+
+    Returns:
+        (B, N) scores.
+    """
     k = keys / keys.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     sim = k @ k.transpose(-1, -2)
     sim.diagonal(dim1=-2, dim2=-1).fill_(-math.inf)

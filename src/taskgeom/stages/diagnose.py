@@ -12,6 +12,7 @@ their aggregates (mean, std, bootstrap interval) and the probe's regime to JSON.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,8 @@ from taskgeom.data.hdf5 import KIND_ATTR, encode_attrs, new_file
 from taskgeom.data.splits import read_world, to_input
 from taskgeom.diagnostics import REGIMES, Diagnosis, diagnose, diagnose_exact, regime
 from taskgeom.evaluate.stats import summarize
-from taskgeom.linalg import JacobianOperator, randomized_svd, subspace_alignment
+from taskgeom.linalg.operator import JacobianOperator
+from taskgeom.linalg.sketch import randomized_svd, subspace_alignment
 from taskgeom.models import zoo
 from taskgeom.pipeline.runtime import StageContext
 from taskgeom.probes import Probe, ProbeMap
@@ -41,7 +43,8 @@ def probe_images(host, inputs: dict[str, Path], count: int, size: int | None) ->
     x = to_input(rgb)
     if size and x.shape[-1] != size:
         flat = x.reshape(-1, *x.shape[-3:])
-        x = F_.interpolate(flat, size=(size, size), mode="bilinear", align_corners=False).reshape(*x.shape[:-2], size, size)
+        resized = F_.interpolate(flat, size=(size, size), mode="bilinear", align_corners=False)
+        x = resized.reshape(*x.shape[:-2], size, size)
     if len(x) < count:
         raise ValueError(f"diagnose.images: {count} requested, the test split holds {len(x)}")
     return x
@@ -55,7 +58,8 @@ def power_errors(probe: Probe, r: int, qs: list[int], reference: Tensor | None, 
     if reference is None:
         reference = randomized_svd(op, r, POWER_OVERSAMPLE, reference_q, seed=seed + 1).V
     k = min(r, reference.shape[1])
-    return {q: 1.0 - subspace_alignment(reference[:, :k], randomized_svd(op, r, POWER_OVERSAMPLE, q, seed=seed).V[:, :k])
+    return {q: 1.0 - subspace_alignment(reference[:, :k],
+                                        randomized_svd(op, r, POWER_OVERSAMPLE, q, seed=seed).V[:, :k])
             for q in qs}
 
 
@@ -67,11 +71,65 @@ def accuracy(d: Diagnosis, e: Diagnosis) -> dict[str, float]:
             "exact_kappa": e.kappa_cap, "exact_erank": e.erank, "exact_r90": e.r90, "exact_cv": e.cv}
 
 
+@dataclass
+class Sweep:
+    """What the per-image loop collects: scalar rows, per-image spectra and the accuracy tables."""
+
+    rows: dict[str, list] = field(default_factory=lambda: {k: [] for k in SCALARS})
+    sigma: list[np.ndarray] = field(default_factory=list)
+    curves: list[np.ndarray] = field(default_factory=list)
+    energy: list[np.ndarray] = field(default_factory=list)
+    exact_rows: list[dict] = field(default_factory=list)
+    power_rows: list[dict] = field(default_factory=list)
+
+
+def diagnose_images(ctx: StageContext, pm: ProbeMap, images: Tensor, settings: dict, r: int, use_dense: bool,
+                    flat_dim: int) -> Sweep:
+    """``diagnose`` on each image, ``diagnose_exact`` and the power table where asked for;
+    ``flat_dim`` = N·D, the size of a mode."""
+    est, dense, power = settings["estimator"], settings["dense"], settings["power_table"]
+    out = Sweep()
+    for i, image in enumerate(ctx.progress(images, desc=f"diagnose {ctx.wildcard}")):
+        probe = pm.at(image)
+        d = diagnose(probe.f, probe.F, r=est["r"], num_probes=est["num_probes"], power_iters=est["power_iters"],
+                     seed=est["seed"] + i)
+        for k in SCALARS:
+            out.rows[k].append(getattr(d, k))
+        out.sigma.append(d.sigma.cpu().numpy())
+        out.curves.append(d.kappa_curve.cpu().numpy())
+        out.energy.append(d.token_energy.cpu().numpy())
+        reference = None
+        if use_dense and i < dense["images"]:
+            e = diagnose_exact(probe.f, probe.F, r=est["r"])
+            out.exact_rows.append({"image": i, **accuracy(d, e)})
+            reference = e.modes.reshape(flat_dim, -1)
+        if i < power["images"]:
+            errors = power_errors(probe, r, power["q"], reference, power["reference_q"], est["seed"] + i)
+            against = "dense" if reference is not None else f"q={power['reference_q']}"
+            out.power_rows.append({"image": i, "reference": against, **{f"q{q}": v for q, v in errors.items()}})
+        ctx.log.info("image %d: κ_cap(%d) %.3f erank %.1f r90 %d CV %.3f, %d products",
+                     i, r, d.kappa_cap, d.erank, d.r90, d.cv, d.products)
+    return out
+
+
+def write_arrays(ctx: StageContext, sweep: Sweep, count: int) -> None:
+    """The per-image values to HDF5, one row per image."""
+    arrays = {"sigma": np.stack(sweep.sigma), "kappa_curve": np.stack(sweep.curves),
+              "token_energy": np.stack(sweep.energy),
+              **{k: np.asarray(v, dtype=np.float64) for k, v in sweep.rows.items()}}
+    with atomic_path(ctx.outputs["arrays"]) as tmp:
+        layout = {k: (v.shape[1:], v.dtype) for k, v in arrays.items()}
+        attrs = encode_attrs({KIND_ATTR: "diagnose", "probe": ctx.wildcard, "provenance": ctx.provenance()})
+        with new_file(tmp, attrs, layout, count) as f:
+            for k, v in arrays.items():
+                f[k][...] = v
+
+
 def run(ctx: StageContext) -> None:
     settings = ctx.params["diagnose"]
     name = ctx.wildcard
     spec = settings["probes"][name]
-    est, dense, power, boot = settings["estimator"], settings["dense"], settings["power_table"], settings["bootstrap"]
+    est, dense, boot = settings["estimator"], settings["dense"], settings["bootstrap"]
     host = zoo.load(ctx.inputs["weights"], ctx.inputs["config"], ctx.device)
     metric = spec.get("output_metric", "euclidean")
     pm = ProbeMap(host, spec["decoder"], spec["layers"], "so3" if metric == "so3" else None)
@@ -85,46 +143,18 @@ def run(ctx: StageContext) -> None:
     ctx.log.info("probe %s: %s %s at layers %s, N=%d D=%d M=%d (dense reference: %s)", name, spec["model"],
                  spec["decoder"], list(pm.layers), N, D, M, "yes" if use_dense else "no")
 
-    rows: dict[str, list] = {k: [] for k in SCALARS}
-    sigma, curves, energy = [], [], []
-    exact_rows, power_rows = [], []
-    for i, image in enumerate(ctx.progress(images, desc=f"diagnose {name}")):
-        probe = pm.at(image)
-        d = diagnose(probe.f, probe.F, r=est["r"], num_probes=est["num_probes"], power_iters=est["power_iters"],
-                     seed=est["seed"] + i)
-        for k in SCALARS:
-            rows[k].append(getattr(d, k))
-        sigma.append(d.sigma.cpu().numpy())
-        curves.append(d.kappa_curve.cpu().numpy())
-        energy.append(d.token_energy.cpu().numpy())
-        reference = None
-        if use_dense and i < dense["images"]:
-            e = diagnose_exact(probe.f, probe.F, r=est["r"])
-            exact_rows.append({"image": i, **accuracy(d, e)})
-            reference = e.modes.reshape(N * D, -1)
-        if i < power["images"]:
-            errors = power_errors(probe, r, power["q"], reference, power["reference_q"], est["seed"] + i)
-            power_rows.append({"image": i, "reference": "dense" if reference is not None else f"q={power['reference_q']}",
-                               **{f"q{q}": v for q, v in errors.items()}})
-        ctx.log.info("image %d: κ_cap(%d) %.3f erank %.1f r90 %d CV %.3f, %d products",
-                     i, r, d.kappa_cap, d.erank, d.r90, d.cv, d.products)
+    sweep = diagnose_images(ctx, pm, images, settings, r, use_dense, N * D)
 
-    summary = {k: summarize(v, boot["resamples"], boot["level"], boot["seed"]).as_dict() for k, v in rows.items()}
+    summary = {k: summarize(v, boot["resamples"], boot["level"], boot["seed"]).as_dict()
+               for k, v in sweep.rows.items()}
     means = {k: summary[k]["mean"] for k in ("kappa_cap", "erank", "cv")}
     name_of_regime = regime(means["kappa_cap"], means["erank"], int(round(summary["r90"]["mean"])), means["cv"], M,
                             est["r"], **settings["regimes"])
     result = {
         "probe": name, **spec, "output_metric": metric, "layers": list(pm.layers), "tokens": N, "dim": D,
         "output_dim": M, "r": r, "images": len(images), "summary": summary, "regime": name_of_regime,
-        "architecture": REGIMES[name_of_regime], "dense": exact_rows, "power_table": power_rows,
+        "architecture": REGIMES[name_of_regime], "dense": sweep.exact_rows, "power_table": sweep.power_rows,
         "provenance": ctx.provenance(),
     }
-    arrays = {"sigma": np.stack(sigma), "kappa_curve": np.stack(curves), "token_energy": np.stack(energy),
-              **{k: np.asarray(v, dtype=np.float64) for k, v in rows.items()}}
-    with atomic_path(ctx.outputs["arrays"]) as tmp:
-        layout = {k: (v.shape[1:], v.dtype) for k, v in arrays.items()}
-        attrs = encode_attrs({KIND_ATTR: "diagnose", "probe": name, "provenance": ctx.provenance()})
-        with new_file(tmp, attrs, layout, len(images)) as f:
-            for k, v in arrays.items():
-                f[k][...] = v
+    write_arrays(ctx, sweep, len(images))
     write_json(ctx.outputs["summary"], json.loads(json.dumps(result, default=float)))

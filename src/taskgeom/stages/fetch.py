@@ -59,7 +59,8 @@ def build_split(ctx: StageContext, split: str, spec: WorldSpec) -> None:
     seed = split_seed(world["seed"], split)
     attrs = {"split": split, "seed": seed, "world_seed": world["seed"], "views": views, "resolutions": resolutions,
              "base_resolution": world["resolution"], "spec": spec.as_dict(), "class_names": list(CLASS_NAMES),
-             "depth_units": "metres (camera z)", "camera_convention": "OpenCV: x right, y down, z forward; cam_to_world",
+             "depth_units": "metres (camera z)",
+             "camera_convention": "OpenCV: x right, y down, z forward; cam_to_world",
              "provenance": ctx.provenance()}
     store = ResumableH5(ctx.outputs[split], layout(views, resolutions), scenes, attrs, kind="world", log=ctx.log)
     if store.done:

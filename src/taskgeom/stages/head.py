@@ -55,7 +55,8 @@ def run(ctx: StageContext) -> None:
     # training target of its token slot (position alone)
     mean_map = train.read((key,), slice(0, cfg["train_images"]))[key].mean(axis=0)
     rho_mean_map = rho_per_image(np.broadcast_to(mean_map, truth["test"].shape), truth["test"])
-    exact_truth = test.read(("exact/importance",))["exact/importance"] if test.exact and cfg["target"] == "spectral" else None
+    exact_truth = (test.read(("exact/importance",))["exact/importance"]
+                   if test.exact and cfg["target"] == "spectral" else None)
     score = lambda model, F: model(F)
     loss = lambda model, b: head_loss(model(b["features"]), b[key], cfg["w_rank"])
     seeds, curves, examples, heads = [], [], None, {}
@@ -65,7 +66,8 @@ def run(ctx: StageContext) -> None:
         head = ImportanceHead(train.tokens, train.dim, cfg["width"], cfg["heads"], cfg["layers"]).to(ctx.device)
         floor = rho_per_image(predict(head, test, score, ctx.device), truth["test"])
         curve = fit(head, train, ("features", key), loss, cfg["steps"], cfg["batch_size"], cfg["lr"], seed, ctx.device,
-                    limit=cfg["train_images"], progress=lambda it, total: ctx.progress(it, f"head {name} seed {seed}", total))
+                    limit=cfg["train_images"],
+                    progress=lambda it, total: ctx.progress(it, f"head {name} seed {seed}", total))
         pred = predict(head, test, score, ctx.device)
         rho = rho_per_image(pred, truth["test"])
         rho_val = rho_per_image(predict(head, val, score, ctx.device), truth["val"])

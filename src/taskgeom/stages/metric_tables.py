@@ -136,7 +136,8 @@ def vae_table(vaes: dict[str, dict], numbers: dict) -> pd.DataFrame:
         for k in ("erank", "r90", "kappa_cap", "cv"):
             o, z = v["original_probe"][k], v["latent_probe"][k]
             rows.append({"vae": name, "quantity": k, "original": o["mean"], "original_ci": _ci(o), "latent": z["mean"],
-                         "latent_ci": _ci(z), "ratio_original_over_latent": o["mean"] / z["mean"] if z["mean"] else math.nan,
+                         "latent_ci": _ci(z),
+                         "ratio_original_over_latent": o["mean"] / z["mean"] if z["mean"] else math.nan,
                          "paper_original": paper_original.get(k), "paper_latent": paper_latent.get(k)})
         for k, val in v["reconstruction"].items():
             rows.append({"vae": name, "quantity": f"reconstruction_{k}", "latent": val,
@@ -206,7 +207,8 @@ def run(ctx: StageContext) -> None:
         "importance": (importance_table(heads, numbers),
                        "Importance head: Spearman ρ against its target on held-out images (mean ± std over seeds)."),
         "head_ablations": (ablation_table(heads, numbers),
-                           "Importance-head ablations: each variant beside its probe's first head (ρ on held-out images)."),
+                           "Importance-head ablations: each variant beside its probe's first head "
+                           "(ρ on held-out images)."),
         "table13": (table13(spns, numbers),
                     "Table 13: SPN subspace alignment V1 on held-out images by supervision (reference: exact top-r "
                     "subspace, or RandNLA at the largest q where the probe is too large for the dense reference)."),

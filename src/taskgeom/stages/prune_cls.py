@@ -55,7 +55,8 @@ def run(ctx: StageContext) -> None:
         labels = torch.as_tensor(data["label"])
         base_setting = (domain, res) == (p["domains"][0], base_res)
         if base_setting:
-            unpruned = float(knn_correct(bank, bank_labels, y0, labels, p["knn"]["k"], p["knn"]["temperature"]).double().mean())
+            unpruned = float(knn_correct(bank, bank_labels, y0, labels, p["knn"]["k"],
+                                         p["knn"]["temperature"]).double().mean())
         for ratio in p["ratios"]:
             values, correct = {}, {}
             for method in cfg["methods"]:
@@ -63,8 +64,9 @@ def run(ctx: StageContext) -> None:
                 for seed, computed in seed_runs(method, p["seeds"]):
                     if computed:
                         gen = generator(seed, int(ratio * 1000), res)
-                        y = batched(lambda b: merged_forward(host, cfg["decoder"], b.to(ctx.device, dtype), cfg["layer"],
-                                                             method, ratio, learned[seed], gen).cpu(), x, p["batch_size"])
+                        y = batched(lambda b: merged_forward(host, cfg["decoder"], b.to(ctx.device, dtype),
+                                                             cfg["layer"], method, ratio, learned[seed], gen).cpu(),
+                                    x, p["batch_size"])
                         deg = (100.0 * (1.0 - F_.cosine_similarity(y, y0, dim=1))).numpy()
                         hit = knn_correct(bank, bank_labels, y, labels, p["knn"]["k"],
                                           p["knn"]["temperature"]).numpy() if base_setting else None

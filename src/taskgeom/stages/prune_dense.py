@@ -95,7 +95,8 @@ def run(ctx: StageContext) -> None:
                         if computed:
                             gen = generator(seed, int(ratio * 1000), res, len(schedule))
                             depth = batched(lambda b: pruned_forward(
-                                host, decoder, b.to(ctx.device), schedule, method, ratio, llf, learned[seed], gen).cpu(),
+                                host, decoder, b.to(ctx.device), schedule, method, ratio, llf, learned[seed],
+                                gen).cpu(),
                                 x, p["batch_size"]).view(shape)
                             add_s = (100.0 * silog(depth, depth0, mask)).numpy()
                             gt_s = (100.0 * silog(depth, gt, mask)).numpy()
@@ -105,7 +106,8 @@ def run(ctx: StageContext) -> None:
                 common = {"model": name, "domain": domain, "resolution": res, "schedule": schedule_name(schedule),
                           "llf": llf, "ratio": ratio}
                 rows += [{**common, "metric": "add_silog", **r} for r in summary_rows(add, boot)]
-                rows += [{**common, "metric": "silog_gt", "unpruned": unpruned_gt, **r} for r in summary_rows(vs_gt, boot)]
+                rows += [{**common, "metric": "silog_gt", "unpruned": unpruned_gt, **r}
+                         for r in summary_rows(vs_gt, boot)]
                 ctx.log.info("%s %s@%d %s llf=%s η=%.2f: %s", name, domain, res, schedule_name(schedule), llf, ratio,
                              ", ".join(f"{m} {v.mean():.3g}" for m, v in add.items()))
     write_table(pd.DataFrame(rows), ctx.outputs["table"], provenance=ctx.provenance())

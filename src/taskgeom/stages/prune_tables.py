@@ -57,7 +57,8 @@ def markdown(sections: list[tuple[str, pd.DataFrame]]) -> str:
     return "\n\n".join(f"{title}\n\n{df.to_markdown(index=False, floatfmt='.4g')}" for title, df in sections) + "\n"
 
 
-def write(ctx: StageContext, name: str, long: pd.DataFrame, sections: list[tuple[str, pd.DataFrame]], caption: str) -> None:
+def write(ctx: StageContext, name: str, long: pd.DataFrame, sections: list[tuple[str, pd.DataFrame]],
+          caption: str) -> None:
     """CSV (long, the source of truth), Markdown (one pivot per section), LaTeX (the first pivot)."""
     write_table(long, ctx.outputs[f"{name}_csv"], provenance=ctx.provenance())
     write_text(ctx.outputs[f"{name}_md"], f"{caption}\n\n" + markdown(sections), ctx.provenance())
@@ -74,7 +75,8 @@ def paper_table2(numbers: dict) -> pd.DataFrame:
     t2 = numbers["pruning_table2"]
     rows = []
     for part, key, model in (("cls", "cls_cosine_degradation_x100_dinov2_b14", "dinov2-b14"),
-                             ("dense", "dpt_additional_silog_x100_depth_anything_v2_single_stage", "depth-anything-v2")):
+                             ("dense", "dpt_additional_silog_x100_depth_anything_v2_single_stage",
+                              "depth-anything-v2")):
         for method, values in t2[key].items():
             rows += [{"part": part, "source": "paper", "model": model, "method": method, "ratio": r, "mean": v}
                      for r, v in zip(t2["ratios"], values)]
@@ -122,7 +124,8 @@ def relative_reduction(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def resolutions(ctx, dense: pd.DataFrame, numbers: dict) -> None:
-    d = dense[(dense["metric"] == "add_silog") & dense["llf"] & (dense["domain"] == "rgb")] if not dense.empty else dense
+    d = (dense[(dense["metric"] == "add_silog") & dense["llf"] & (dense["domain"] == "rgb")]
+         if not dense.empty else dense)
     long = ordered(d) if not d.empty else d
     sections = []
     if not d.empty:
@@ -144,12 +147,14 @@ def schedules(ctx, dense: pd.DataFrame, base_res: int) -> None:
     d = base_rows(dense, base_res) if not dense.empty else dense
     d = d[d["metric"] == "add_silog"] if not d.empty else d
     long = ordered(d) if not d.empty else d
-    sections = [("Additional SILog ×100 per schedule, LLF on and off", pivot(long, ["model", "schedule", "llf", "method"]))] \
+    sections = [("Additional SILog ×100 per schedule, LLF on and off",
+                 pivot(long, ["model", "schedule", "llf", "method"]))] \
         if not d.empty else []
     if not d.empty:
         red = relative_reduction(d, ["model", "schedule", "llf"])
         if not red.empty:
-            sections.append(("Importance's reduction of ToMe scoring's error", pivot(red, ["model", "schedule", "llf"])))
+            sections.append(("Importance's reduction of ToMe scoring's error",
+                             pivot(red, ["model", "schedule", "llf"])))
     write(ctx, "schedules", long, sections,
           f"Pruning schedules (1, 2, 4 stages) with and without Last-Layer Fusion at {base_res} px (App. E.1).")
 
@@ -164,7 +169,8 @@ def second_domain(ctx, cls: pd.DataFrame, dense: pd.DataFrame, numbers: dict, ba
         parts.append(d[(d["metric"] == "add_silog") & d["llf"]].assign(part="dense"))
     long = ordered(pd.concat(parts, ignore_index=True)) if parts else pd.DataFrame()
     sk = numbers["clip_cls_pruning"]["imagenet_sketch"]
-    paper = pd.DataFrame([{"part": "cls", "source": "paper", "model": "clip-b16", "method": m, "ratio": r, "mean": sk[k][m]}
+    paper = pd.DataFrame([{"part": "cls", "source": "paper", "model": "clip-b16", "method": m, "ratio": r,
+                           "mean": sk[k][m]}
                           for k, r in (("eta_0_05", 0.05), ("eta_0_5", 0.5)) for m in ("tome_score", "importance")])
     sections = []
     if not long.empty:
@@ -193,8 +199,9 @@ def baselines(ctx, cls: pd.DataFrame, dense: pd.DataFrame, base_res: int) -> Non
     sections = []
     if not long.empty:
         sections.append(("Every method, lower is better", pivot(long, ["part", "model", "schedule", "method"])))
-        sections.append(("Wilcoxon p, importance vs each", pivot(long[long["method"] != "importance"],
-                                                                  ["part", "model", "schedule", "method"], "p_vs_importance")))
+        sections.append(("Wilcoxon p, importance vs each",
+                         pivot(long[long["method"] != "importance"],
+                               ["part", "model", "schedule", "method"], "p_vs_importance")))
     write(ctx, "baselines", long, sections,
           "Table 12: every baseline (random, ToMe scoring, EViT, ToMe merging) against importance at the base "
           "setting. The paper: importance best or tied with EViT at every ratio; both beat ToMe scoring.")
@@ -204,13 +211,15 @@ def accuracy(ctx, cls: pd.DataFrame, summaries: list[dict], numbers: dict, base_
     c = base_rows(cls, base_res) if not cls.empty else cls
     long = ordered(c[c["metric"] == "knn_top1"]) if not c.empty else c
     unpruned = pd.DataFrame([{"model": s["model"], "method": "unpruned", "ratio": r, "mean": s["knn_top1_unpruned"]}
-                             for s in summaries for r in sorted(long["ratio"].unique())]) if not long.empty else pd.DataFrame()
+                             for s in summaries for r in sorted(long["ratio"].unique())]) \
+        if not long.empty else pd.DataFrame()
     knn = numbers["classification_knn_top1"]
     paper = pd.DataFrame([{"model": "paper dinov2-b14", "method": m, "ratio": 0.5, "mean": v}
                           for m, v in (("unpruned", knn["unpruned"]), ("importance", knn["importance_eta_0_5"]),
                                        ("tome_score", knn["tome_eta_0_5"]))])
     both = pd.concat([long, unpruned, paper], ignore_index=True)
-    sections = [("Weighted k-NN top-1 of the CLS embedding", pivot(both, ["model", "method"]))] if not long.empty else []
+    sections = [("Weighted k-NN top-1 of the CLS embedding", pivot(both, ["model", "method"]))] \
+        if not long.empty else []
     write(ctx, "accuracy", both, sections,
           "k-NN top-1 accuracy after token reduction (App. H; the paper: 0.66–0.68 for every method and ratio, "
           "0.674 unpruned, on ImageNet-val).")
@@ -227,10 +236,13 @@ def speed(ctx, paths: list[Path], numbers: dict) -> None:
                          pivot(long, ["model", "resolution", "schedule", "method"], "flops_saved")))
     s = numbers["speed"]
     write(ctx, "speed", long, sections,
-          f"Cost of pruning, scoring and reinsertion included, batch of {int(long['batch'].iloc[0]) if not long.empty else 0} "
+          f"Cost of pruning, scoring and reinsertion included, batch of "
+          f"{int(long['batch'].iloc[0]) if not long.empty else 0} "
           f"images on {long['machine'].iloc[0] if not long.empty else '-'}. The paper (A40): at 224, η = 0.2 saves "
-          f"{s['res_224_eta_0_2']['flops_saved']:.1%} of FLOPs at {s['res_224_eta_0_2']['wallclock_speedup']}× speed; at "
-          f"448, {s['res_448']['flops_saved']:.1%} at {s['res_448']['wallclock_speedup']}× (ToMe {s['res_448']['tome_speedup']}×).")
+          f"{s['res_224_eta_0_2']['flops_saved']:.1%} of FLOPs at "
+          f"{s['res_224_eta_0_2']['wallclock_speedup']}× speed; at "
+          f"448, {s['res_448']['flops_saved']:.1%} at {s['res_448']['wallclock_speedup']}× "
+          f"(ToMe {s['res_448']['tome_speedup']}×).")
 
 
 def degradation_figure(ctx, cls: pd.DataFrame, dense: pd.DataFrame, base_res: int) -> None:

@@ -34,7 +34,8 @@ SECTIONS = (
             "Held-out metrics of the zoo models the pipeline trains, against trivial baselines. "
             "They stand in for the paper's DINOv2 / CLIP (tiny-cls), Depth-Anything-V2 (tiny-dpt) and VGGT (tiny-mv)."),
     Section("Table 1: the tractability diagnostic", "diagnose_table1",
-            "κ_cap(20), token CV, effective rank and r_0.90 of every probe, matrix-free (`taskgeom.diagnostics.diagnose`), "
+            "κ_cap(20), token CV, effective rank and r_0.90 of every probe, matrix-free "
+            "(`taskgeom.diagnostics.diagnose`), "
             "as the mean over test images with a bootstrap 95% interval; the regime follows "
             "`taskgeom.diagnostics.regime` and names the architecture it calls for. The paper's rows follow ours "
             "(with the regime our rule gives their numbers where it differs). Figures: `figures/spectra.png`, "
@@ -84,7 +85,8 @@ SECTIONS = (
             "FLOPs saved and wall-clock speedup against the unpruned model, scoring and reinsertion included. "
             "Times depend on the machine, so they are not copied here.", "speed", link_only=True),
     Section("Table 14: task-induced retrieval, in-distribution (App. K)", "retrieval_table14",
-            "Spearman ρ per query between each feature distance and the true decoder-output distance (SILog of the depth "
+            "Spearman ρ per query between each feature distance and the true decoder-output distance "
+            "(SILog of the depth "
             "outputs), recall@k and calibrated MAE. Figures: `figures/retrieval_distances.png`, "
             "`figures/retrieval_examples.png`.", "retrieval"),
     Section("Table 15: task-induced retrieval, cross-domain", "retrieval_table15",

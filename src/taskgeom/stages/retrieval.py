@@ -119,16 +119,11 @@ def distances(method: str, models: dict, Fq: Tensor, Fg: Tensor) -> np.ndarray:
     return cross_distance(*m.embed(Fq), *m.embed(Fg)).numpy()
 
 
-def run(ctx: StageContext) -> None:
-    name = ctx.wildcard
-    cfg = ctx.params["retrieval"][name]
-    boot = ctx.params["learn"]["bootstrap"]
+def training_data(ctx: StageContext, cfg: dict, host) -> tuple[TargetFile, Tensor, Tensor, Tensor]:
+    """The cached training images: their features (checked against the cache), cached token
+    importance, and the SILog distances between their depth outputs (the pairs' regression targets)."""
     q = ctx.params["learn"]["targets"]["power_iters"]
-    torch.manual_seed(cfg["seed"])
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    host = freeze(zoo.load(ctx.inputs["weights"], ctx.inputs["config"], ctx.device)).cpu()
     layer = cfg["layer"]
-
     cache = TargetFile.open(ctx.inputs["targets"])
     train_rgb = read_world(ctx.inputs["train"], keys=("rgb",), limit=cache.num_items)["rgb"]
     F, log_depth = encode(host, cfg["decoder"], layer, to_input(train_rgb))
@@ -137,19 +132,78 @@ def run(ctx: StageContext) -> None:
         raise ValueError(f"{cache.path}: its features are not this model's layer-{layer} features of the first "
                          "training images; rebuild the targets")
     importance = torch.as_tensor(cached[f"q{q}/importance"]).float()
-    true_train = silog_matrix(log_depth, log_depth)
-    ids = np.arange(len(F))
-    train_ids, held_ids = ids[:-cfg["holdout"]], ids[-cfg["holdout"]:]
+    return cache, F, importance, silog_matrix(log_depth, log_depth)
 
+
+def train_variants(ctx: StageContext, cfg: dict, dim: int, F: Tensor, true_train: Tensor, importance: Tensor,
+                   train_ids: np.ndarray, held_ids: np.ndarray) -> tuple[dict, list[dict]]:
+    """Every variant from the probe's trained head: the models by name and their training curves."""
     head0, _ = checkpoint.load(ctx.inputs["head_weights"], ctx.inputs["head_config"])
     models, curves = {}, []
     for variant, (regression, distill) in VARIANTS.items():
-        model = DecoderRetrievalMetric(copy.deepcopy(head0).train(), cache.dim, cfg["rank"], cfg["seed"])
+        model = DecoderRetrievalMetric(copy.deepcopy(head0).train(), dim, cfg["rank"], cfg["seed"])
         curve = train_variant(model, F, true_train, importance, train_ids, held_ids, cfg, regression, distill)
         curves += [{"variant": variant, **c} for c in curve]
         models[variant] = model
-        ctx.log.info("%s %s: held-out regression loss %.3f -> %.3f", name, variant, curve[0]["heldout_regression"],
-                     curve[-1]["heldout_regression"])
+        ctx.log.info("%s %s: held-out regression loss %.3f -> %.3f", ctx.wildcard, variant,
+                     curve[0]["heldout_regression"], curve[-1]["heldout_regression"])
+    return models, curves
+
+
+def method_rows(domain: str, pred: dict[str, np.ndarray], true: np.ndarray, calibration: dict, cfg: dict,
+                boot: dict) -> list[dict]:
+    """One row per method (rank correlation, calibrated MAE, recall@k), then the two-stage search."""
+    rows = []
+    for m in pred:
+        rho = spearman_per_query(pred[m], true)
+        row = {"domain": domain, "method": m,
+               **{f"rho_{k}": v for k, v in summarize(rho, boot["resamples"], boot["level"], boot["seed"])
+                  .as_dict().items()},
+               "mae": float(calibrated_mae(pred[m], true, calibration[m]).mean())}
+        row |= {f"recall@{k}": float(recall_at_k(pred[m], true, k).mean()) for k in cfg["recall_k"]}
+        rows.append(row)
+    staged = two_stage(pred["cosine"], pred["drm"], cfg["shortlist"])
+    rows.append({"domain": domain, "method": f"cosine top-{cfg['shortlist']} → drm",
+                 **{f"recall@{k}": float(recall_at_k(staged, true, k).mean()) for k in cfg["recall_k"]}})
+    return rows
+
+
+def evaluate_domain(ctx: StageContext, cfg: dict, host, models: dict, calibration: dict,
+                    domain: str) -> tuple[list[dict], list[dict], dict]:
+    """Queries against the gallery on ``domain``: its rows, example rankings and scatter sample."""
+    n_q, n_g = cfg["queries"], cfg["gallery"]
+    images = read_world(ctx.inputs["test"], keys=(domain,), limit=n_q + n_g)[domain]
+    if len(images) < n_q + n_g:
+        raise ValueError(f"retrieval.{ctx.wildcard}: queries + gallery = {n_q + n_g} test images requested, "
+                         f"{ctx.inputs['test']} holds {len(images)}")
+    Ft, log_t = encode(host, cfg["decoder"], cfg["layer"], to_input(images))
+    Fq, Fg = Ft[:n_q], Ft[n_q:]
+    true = silog_matrix(log_t[:n_q], log_t[n_q:]).numpy()
+    pred = {m: distances(m, models, Fq, Fg) for m in (*VARIANTS, *BASELINES)}
+    rows = method_rows(domain, pred, true, calibration, cfg, ctx.params["learn"]["bootstrap"])
+    pick = np.random.default_rng(cfg["seed"]).choice(true.size, size=min(2000, true.size), replace=False)
+    scatter = {"true": true.ravel()[pick].tolist(),
+               **{m: (calibration[m][0] * pred[m].ravel()[pick] + calibration[m][1]).tolist()
+                  for m in ("drm", "l2", "cosine")}}
+    examples = [{"query": int(i),
+                 "drm": (n_q + np.argsort(pred["drm"][i], kind="stable")[:5]).tolist(),
+                 "cosine": (n_q + np.argsort(pred["cosine"][i], kind="stable")[:5]).tolist(),
+                 "true": (n_q + np.argsort(true[i], kind="stable")[:5]).tolist()}
+                for i in range(cfg["examples"])]
+    return rows, examples, scatter
+
+
+def run(ctx: StageContext) -> None:
+    name = ctx.wildcard
+    cfg = ctx.params["retrieval"][name]
+    torch.manual_seed(cfg["seed"])
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    host = freeze(zoo.load(ctx.inputs["weights"], ctx.inputs["config"], ctx.device)).cpu()
+
+    cache, F, importance, true_train = training_data(ctx, cfg, host)
+    ids = np.arange(len(F))
+    train_ids, held_ids = ids[:-cfg["holdout"]], ids[-cfg["holdout"]:]
+    models, curves = train_variants(ctx, cfg, cache.dim, F, true_train, importance, train_ids, held_ids)
 
     # calibration of every method on the held-out training pairs
     held = F[held_ids]
@@ -158,37 +212,10 @@ def run(ctx: StageContext) -> None:
     methods = (*VARIANTS, *BASELINES)
     calibration = {m: fit_calibration(distances(m, models, held, held)[upper], true_held[upper]) for m in methods}
 
-    n_q, n_g = cfg["queries"], cfg["gallery"]
     rows, examples, scatter = [], {}, {}
     for domain in cfg["domains"]:
-        images = read_world(ctx.inputs["test"], keys=(domain,), limit=n_q + n_g)[domain]
-        if len(images) < n_q + n_g:
-            raise ValueError(f"retrieval.{name}: queries + gallery = {n_q + n_g} test images requested, "
-                             f"{ctx.inputs['test']} holds {len(images)}")
-        Ft, log_t = encode(host, cfg["decoder"], layer, to_input(images))
-        Fq, Fg = Ft[:n_q], Ft[n_q:]
-        true = silog_matrix(log_t[:n_q], log_t[n_q:]).numpy()
-        pred = {m: distances(m, models, Fq, Fg) for m in methods}
-        for m in methods:
-            rho = spearman_per_query(pred[m], true)
-            row = {"domain": domain, "method": m,
-                   **{f"rho_{k}": v for k, v in summarize(rho, boot["resamples"], boot["level"], boot["seed"])
-                      .as_dict().items()},
-                   "mae": float(calibrated_mae(pred[m], true, calibration[m]).mean())}
-            row |= {f"recall@{k}": float(recall_at_k(pred[m], true, k).mean()) for k in cfg["recall_k"]}
-            rows.append(row)
-        staged = two_stage(pred["cosine"], pred["drm"], cfg["shortlist"])
-        rows.append({"domain": domain, "method": f"cosine top-{cfg['shortlist']} → drm",
-                     **{f"recall@{k}": float(recall_at_k(staged, true, k).mean()) for k in cfg["recall_k"]}})
-        pick = np.random.default_rng(cfg["seed"]).choice(true.size, size=min(2000, true.size), replace=False)
-        scatter[domain] = {"true": true.ravel()[pick].tolist(),
-                           **{m: (calibration[m][0] * pred[m].ravel()[pick] + calibration[m][1]).tolist()
-                              for m in ("drm", "l2", "cosine")}}
-        examples[domain] = [{"query": int(i),
-                             "drm": (n_q + np.argsort(pred["drm"][i], kind="stable")[:5]).tolist(),
-                             "cosine": (n_q + np.argsort(pred["cosine"][i], kind="stable")[:5]).tolist(),
-                             "true": (n_q + np.argsort(true[i], kind="stable")[:5]).tolist()}
-                            for i in range(cfg["examples"])]
+        domain_rows, examples[domain], scatter[domain] = evaluate_domain(ctx, cfg, host, models, calibration, domain)
+        rows += domain_rows
         ctx.log.info("%s %s: ρ %s", name, domain, ", ".join(f"{r['method']} {r.get('rho_mean', float('nan')):.3f}"
                                                             for r in rows if r["domain"] == domain))
     drm = models["drm"]

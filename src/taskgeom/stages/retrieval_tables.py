@@ -108,7 +108,8 @@ def run(ctx: StageContext) -> None:
     cross = ranked[ranked["domain"] != ranked["train_domain"]] if not df.empty else df
     write(ctx, "table14", pd.concat([ind[ind["method"].isin(METHODS)][columns(ind)], paper_rows(numbers, False)],
                                     ignore_index=True),
-          "Table 14: in-distribution retrieval — Spearman ρ per query between each distance and the true decoder-output "
+          "Table 14: in-distribution retrieval — Spearman ρ per query between each distance and the true "
+          "decoder-output "
           "distance (mean, bootstrap 95% interval over queries), recall@k of the true nearest neighbours, MAE after a "
           "linear calibration on held-out training pairs; the paper's ρ below ours.")
     write(ctx, "table15", pd.concat([cross[cross["method"].isin(METHODS)][columns(cross)], paper_rows(numbers, True)],

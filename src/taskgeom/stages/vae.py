@@ -31,7 +31,7 @@ from taskgeom.metric.fit import LOG_EVERY
 from taskgeom.metric.vae import feature_statistics, vae_loss
 from taskgeom.models import zoo
 from taskgeom.models.host import freeze, param_count, use_math_attention
-from taskgeom.models.latent import FeatureVAE, LatentHost, decoder_features, token_layout
+from taskgeom.models.latent import FeatureVAE, LatentHost, TokenLayout, decoder_features, token_layout
 from taskgeom.models.train import learning_rate
 from taskgeom.pipeline.runtime import StageContext
 from taskgeom.probes import LatentProbeMap, ProbeMap
@@ -42,7 +42,8 @@ STAT_GROUPS = 64  # training groups whose features set the standardisation
 def depth_agreement(pred: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
     """δ1 and AbsRel of ``pred`` against ``reference`` (both positive, (B, M))."""
     ratio = torch.maximum(pred / reference, reference / pred)
-    return {"delta1": float((ratio < 1.25).float().mean()), "abs_rel": float(((pred - reference).abs() / reference).mean())}
+    return {"delta1": float((ratio < 1.25).float().mean()),
+            "abs_rel": float(((pred - reference).abs() / reference).mean())}
 
 
 def diagnosis_summary(pm, images: torch.Tensor, est: dict, boot: dict) -> dict:
@@ -58,15 +59,10 @@ def diagnosis_summary(pm, images: torch.Tensor, est: dict, boot: dict) -> dict:
                                         for k, v in out.items()}}
 
 
-def run(ctx: StageContext) -> None:
-    cfg = ctx.params["vae"][ctx.wildcard]
-    boot = ctx.params["learn"]["bootstrap"]
-    base_config = json.loads(ctx.inputs["config"].read_text())["architecture"]
-    base = freeze(use_math_attention(zoo.load(ctx.inputs["weights"], ctx.inputs["config"], ctx.device)))
-    if cfg["decoder"] not in base.decoders or cfg["decoder"] == "camera":
-        raise ValueError(f"vae.decoder: {cfg['decoder']!r} is not a dense decoder of {cfg['model']}")
-    train_x = to_input(read_world(ctx.inputs["mv_train"], keys=("rgb",))["rgb"])
-    test_x = to_input(read_world(ctx.inputs["mv_test"], keys=("rgb",), limit=cfg["eval_images"])["rgb"])
+def build_vae(ctx: StageContext, cfg: dict, base, train_x: torch.Tensor
+              ) -> tuple[LatentHost, FeatureVAE, TokenLayout, torch.Tensor]:
+    """The VAE on ``base``'s decoder-input features, standardised by the first training groups'
+    statistics, and the latent host around it; also returns the layout and those features."""
     torch.manual_seed(cfg["seed"])
     reads = tuple(base.decoder_layers(cfg["decoder"]))
     with torch.no_grad():
@@ -77,10 +73,14 @@ def run(ctx: StageContext) -> None:
     vae.mean.copy_(mean)
     vae.std.copy_(std)
     host = LatentHost(base, cfg["decoder"], vae)
-    latent_dim = vae.registers * cfg["token_dim"]
     ctx.log.info("VAE on %s/%s: %d tokens × %d -> %d registers × %d (%d latent dims), %d parameters", cfg["model"],
-                 cfg["decoder"], X.shape[1], X.shape[2], vae.registers, cfg["token_dim"], latent_dim, param_count(vae))
+                 cfg["decoder"], X.shape[1], X.shape[2], vae.registers, cfg["token_dim"],
+                 vae.registers * cfg["token_dim"], param_count(vae))
+    return host, vae, layout, X
 
+
+def train_vae(ctx: StageContext, cfg: dict, host: LatentHost, vae: FeatureVAE, train_x: torch.Tensor) -> list[dict]:
+    """Train the VAE on random batches of training groups; returns the curve (means over each window)."""
     opt = torch.optim.AdamW(vae.parameters(), lr=cfg["lr"], weight_decay=0.01)
     gen = torch.Generator(device=ctx.device).manual_seed(cfg["seed"])
     curve, window, t0 = [], [], time.perf_counter()
@@ -107,6 +107,21 @@ def run(ctx: StageContext) -> None:
                 ctx.log.info("step %d: %s", step + 1, {k: round(float(v), 4) for k, v in curve[-1].items()})
     freeze(vae)
     ctx.log.info("trained in %.1f s", time.perf_counter() - t0)
+    return curve
+
+
+def run(ctx: StageContext) -> None:
+    cfg = ctx.params["vae"][ctx.wildcard]
+    boot = ctx.params["learn"]["bootstrap"]
+    base_config = json.loads(ctx.inputs["config"].read_text())["architecture"]
+    base = freeze(use_math_attention(zoo.load(ctx.inputs["weights"], ctx.inputs["config"], ctx.device)))
+    if cfg["decoder"] not in base.decoders or cfg["decoder"] == "camera":
+        raise ValueError(f"vae.decoder: {cfg['decoder']!r} is not a dense decoder of {cfg['model']}")
+    train_x = to_input(read_world(ctx.inputs["mv_train"], keys=("rgb",))["rgb"])
+    test_x = to_input(read_world(ctx.inputs["mv_test"], keys=("rgb",), limit=cfg["eval_images"])["rgb"])
+    host, vae, layout, X = build_vae(ctx, cfg, base, train_x)
+    latent_dim = vae.registers * cfg["token_dim"]
+    curve = train_vae(ctx, cfg, host, vae, train_x)
 
     with torch.no_grad():
         Xt, tctx = host.features(test_x.to(ctx.device))

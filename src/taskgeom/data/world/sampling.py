@@ -1,0 +1,161 @@
+"""Random scenes and cameras of a world, and rendering whole splits of it.
+
+Scene i of a world depends only on (seed, i) and view v of it only on (seed, i, v).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from taskgeom.data.world.camera import Camera, look_at
+from taskgeom.data.world.drawing import sketch
+from taskgeom.data.world.raycast import render
+from taskgeom.data.world.scene import CLASS_NAMES, PATTERNS, SHAPES, Primitive, Scene, WorldSpec
+
+DEFAULT_SPEC = WorldSpec()  # frozen, so one default serves every call
+
+
+def _rng(seed: int, *key: int) -> np.random.Generator:
+    """Independent stream for (seed, *key): scene i uses (i, 0), view v of it (i, 1, v)."""
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
+
+
+def _hsv_to_rgb(h: float, s: float, v: float) -> tuple[float, float, float]:
+    i = int(h * 6) % 6
+    f = h * 6 - int(h * 6)
+    p, q, t = v * (1 - s), v * (1 - f * s), v * (1 - (1 - f) * s)
+    return ((v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q))[i]
+
+
+def _unit(v: np.ndarray) -> tuple[float, float, float]:
+    return tuple(float(x) for x in v / np.linalg.norm(v))
+
+
+def _sample_primitive(rng: np.random.Generator, shape: str, pattern: str, size: float,
+                      xz: tuple[float, float]) -> Primitive:
+    """A primitive of roughly `size` metres half-extent resting on the ground at xz."""
+    if shape == "sphere":
+        half = (size, size, size)
+    elif shape == "box":
+        half = tuple(float(x) for x in size * rng.uniform(0.6, 1.0, 3))
+    else:
+        r = size * rng.uniform(0.7, 1.0)
+        half = (r, size * rng.uniform(0.8, 1.4), r)
+    color = _hsv_to_rgb(rng.uniform(), rng.uniform(0.5, 0.9), rng.uniform(0.65, 0.95))
+    frequency = rng.uniform(1.2, 2.2) / float(np.mean(half))  # 2-4 stripes/cells across the object
+    return Primitive(
+        shape=shape,
+        center=(float(xz[0]), half[1], float(xz[1])),
+        half_size=half,
+        yaw=float(rng.uniform(0, 2 * np.pi)),
+        color=color,
+        pattern_color=tuple(float(c) * rng.uniform(0.15, 0.35) for c in color),
+        pattern=pattern,
+        frequency=float(frequency),
+        stripe_dir=_unit(rng.normal(size=3)),
+        phase=tuple(float(x) for x in rng.uniform(0, 1 / frequency, 3)),
+    )
+
+
+def sample_scene(seed: int, index: int, spec: WorldSpec = DEFAULT_SPEC) -> Scene:
+    """Scene `index` of the world `seed`. The main object (uniform over the 6
+    classes) stands within 0.2 m of the origin; the others stand on a ring
+    around it, spaced in angle and clear of it and of each other."""
+    rng = _rng(seed, index, 0)
+    n = int(rng.integers(spec.num_objects[0], spec.num_objects[1] + 1))
+    label = int(rng.integers(len(CLASS_NAMES)))
+    main = _sample_primitive(rng, SHAPES[label // len(PATTERNS)], PATTERNS[label % len(PATTERNS)],
+                             rng.uniform(1.0, 1.6), tuple(rng.uniform(-0.2, 0.2, 2)))
+    objects = [main]
+    start = rng.uniform(0, 2 * np.pi)
+    for j in range(n - 1):
+        shape, pattern = SHAPES[rng.integers(len(SHAPES))], PATTERNS[rng.integers(len(PATTERNS))]
+        size = rng.uniform(0.2, 0.4)
+        angle = start + 2 * np.pi * (j + rng.uniform(-0.2, 0.2)) / (n - 1)
+        # Bound the distance from the main centre with footprints: boxes
+        # reach hypot(hx, hz) <= sqrt(2) * size from their centre.
+        ring = main.footprint + np.sqrt(2) * size + 0.2 + rng.uniform(0, 0.6)
+        xz = (main.center[0] + ring * np.cos(angle), main.center[2] + ring * np.sin(angle))
+        objects.append(_sample_primitive(rng, shape, pattern, size, xz))
+    azimuth, elevation = rng.uniform(0, 2 * np.pi), rng.uniform(np.radians(30), np.radians(75))
+    light = (np.cos(elevation) * np.cos(azimuth), np.sin(elevation), np.cos(elevation) * np.sin(azimuth))
+    ground = np.array(_hsv_to_rgb(rng.uniform(), rng.uniform(0.05, 0.3), rng.uniform(0.45, 0.65)))
+    return Scene(
+        objects=tuple(objects),
+        light_dir=tuple(float(x) for x in light),
+        ground_colors=(tuple(ground), tuple(ground * 0.8)),
+        ground_tile=float(rng.uniform(0.7, 1.5)),
+        sky_colors=(tuple(np.clip(np.array([0.78, 0.85, 0.92]) + rng.normal(0, 0.03, 3), 0, 1)),
+                    tuple(np.clip(np.array([0.35, 0.55, 0.85]) + rng.normal(0, 0.05, 3), 0, 1))),
+    )
+
+
+def sample_cameras(scene: Scene, seed: int, index: int, views: int, spec: WorldSpec = DEFAULT_SPEC) -> list[Camera]:
+    """`views` cameras around the main object of scene `index`. Each looks at
+    the main object's centre (jittered by ~0.1 m) from an azimuth chosen among
+    8 random candidates so its line of sight clears the other objects'
+    footprints where possible."""
+    main, others = scene.objects[0], scene.objects[1:]
+    target = np.asarray(main.center)
+    centers = np.array([p.center for p in others]).reshape(-1, 3)[:, [0, 2]]
+    radii = np.array([p.footprint for p in others])
+    cameras = []
+    first = 0.0  # the first view's azimuth: set at v == 0, read by the later views
+    for v in range(views):
+        rng = _rng(seed, index, 1, v)
+        distance, height = rng.uniform(*spec.camera_distance), rng.uniform(*spec.camera_height)
+        fov = rng.uniform(*spec.fov_deg)
+        jitter = rng.normal(0.0, 0.1, 3)
+        # Later views stay within ±60° of the first view's azimuth, so views overlap
+        # (as in multi-view reconstruction data) and their relative pose is learnable.
+        azimuth = rng.uniform(0, 2 * np.pi, 8) if v == 0 else first + rng.uniform(-np.pi / 3, np.pi / 3, 8)
+        eyes = target[[0, 2]] + distance * np.stack([np.cos(azimuth), np.sin(azimuth)], -1)  # (8, 2)
+        clearance = _segment_clearance(eyes, target[[0, 2]], centers, radii)
+        best = int(np.argmax(clearance >= 0)) if (clearance >= 0).any() else int(np.argmax(clearance))
+        if v == 0:
+            first = azimuth[best]
+        eye = np.array([eyes[best, 0], height, eyes[best, 1]])
+        cameras.append(look_at(eye, target + jitter, fov))
+    return cameras
+
+
+def _segment_clearance(starts: np.ndarray, end: np.ndarray, centers: np.ndarray, radii: np.ndarray) -> np.ndarray:
+    """Smallest gap (c,) between the 2-D segments starts (c,2) -> end (2,) and
+    the discs centers (m,2), radii (m,); +inf with no discs."""
+    if len(radii) == 0:
+        return np.full(len(starts), np.inf)
+    seg = end - starts  # (c, 2)
+    rel = centers[None] - starts[:, None]  # (c, m, 2)
+    s = np.clip(np.einsum("cmi,ci->cm", rel, seg) / np.einsum("ci,ci->c", seg, seg)[:, None], 0, 1)
+    gap = np.linalg.norm(rel - s[..., None] * seg[:, None], axis=-1) - radii
+    return gap.min(axis=1)
+
+
+def render_split(num_scenes: int, seed: int, resolution: int, views: int = 1,
+                 spec: WorldSpec = DEFAULT_SPEC, start: int = 0) -> dict[str, np.ndarray]:
+    """Scenes start..start+num_scenes-1 of the world with this seed. Returns
+    rgb (S,V,H,W,3) uint8, sketch (S,V,H,W,3) uint8, depth (S,V,H,W) float32,
+    K (S,V,3,3) float32, cam_to_world (S,V,4,4) float32, label (S,) int64,
+    object_id (S,V,H,W) int16."""
+    if num_scenes < 0 or start < 0 or views < 1 or resolution < 1:
+        raise ValueError(f"render_split: need num_scenes, start >= 0 and views, resolution >= 1, got "
+                         f"{num_scenes=}, {start=}, {views=}, {resolution=}")
+    s, v, r = num_scenes, views, resolution
+    out = {
+        "rgb": np.empty((s, v, r, r, 3), np.uint8),
+        "sketch": np.empty((s, v, r, r, 3), np.uint8),
+        "depth": np.empty((s, v, r, r), np.float32),
+        "K": np.empty((s, v, 3, 3), np.float32),
+        "cam_to_world": np.empty((s, v, 4, 4), np.float32),
+        "label": np.empty((s,), np.int64),
+        "object_id": np.empty((s, v, r, r), np.int16),
+    }
+    for i in range(s):
+        scene = sample_scene(seed, start + i, spec)
+        out["label"][i] = scene.label
+        for j, camera in enumerate(sample_cameras(scene, seed, start + i, views, spec)):
+            view = render(scene, camera, resolution, spec.max_depth)
+            out["rgb"][i, j], out["depth"][i, j], out["object_id"][i, j] = view.rgb, view.depth, view.object_id
+            out["sketch"][i, j] = sketch(view)
+            out["K"][i, j], out["cam_to_world"][i, j] = camera.K(resolution), camera.cam_to_world
+    return out

@@ -1,0 +1,145 @@
+"""Depth-Anything-V2 (transformers ``DepthAnythingForDepthEstimation``) as a probe host."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor, nn
+
+from taskgeom.models.adapters.spec import AdapterSpec
+from taskgeom.models.host import ProbeHost, freeze
+
+# Depth-Anything-V2-Base (transformers' conversion of the ViT-B checkpoint): DINOv2-B/14 backbone,
+# the DPT head reading the outputs of blocks 2, 5, 8, 11 (out_indices count the embedding as 0).
+DEPTH_ANYTHING_BACKBONE = dict(
+    image_size=518, patch_size=14, num_channels=3, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+    mlp_ratio=4, qkv_bias=True, layerscale_value=1.0, use_swiglu_ffn=False, out_indices=[3, 6, 9, 12],
+    apply_layernorm=True, reshape_hidden_states=False,
+)
+DEPTH_ANYTHING_HEAD = dict(
+    patch_size=14, reassemble_factors=[4, 2, 1, 0.5], neck_hidden_sizes=[96, 192, 384, 768],
+    fusion_hidden_size=128, head_in_index=-1, head_hidden_size=32, depth_estimation_type="relative", max_depth=1,
+)
+
+
+def depth_anything_config(**overrides: Any):
+    """A ``DepthAnythingConfig`` (Depth-Anything-V2-Base unless overridden).
+
+    Overrides are flat: keys of the head config go to the head, the rest to the DINOv2 backbone;
+    ``patch_size`` goes to both, and the neck's input width follows the backbone's ``hidden_size``.
+    """
+    from transformers import DepthAnythingConfig, Dinov2Config
+
+    head = {k: overrides.get(k, v) for k, v in DEPTH_ANYTHING_HEAD.items()}
+    backbone = {**DEPTH_ANYTHING_BACKBONE, **{k: v for k, v in overrides.items() if k not in head or k == "patch_size"}}
+    backbone_config = Dinov2Config(**backbone)
+    return DepthAnythingConfig(backbone_config=backbone_config, reassemble_hidden_size=backbone_config.hidden_size,
+                               **head)
+
+
+def _as_list(value: Any) -> Any:
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def _check_overrides(name: str, config: Any, overrides: Mapping[str, Any]) -> None:
+    """A checkpoint's config.json fixes the architecture: overrides must agree with it."""
+    for key, want in overrides.items():
+        owner = config if key in DEPTH_ANYTHING_HEAD else config.backbone_config
+        have = getattr(owner, key, None)
+        if _as_list(have) != _as_list(want):
+            raise ValueError(f"paper model {name!r}: override {key}={want!r} disagrees with the checkpoint's "
+                             f"config.json ({key}={have!r})")
+
+
+class DepthAnythingHost(nn.Module):
+    """ProbeHost over transformers' ``DepthAnythingForDepthEstimation``.
+
+    States are the DINOv2 encoder layers' outputs (B, 1 + rows·cols, D). Decoder ``depth``
+    (B, H·W) reproduces the model's forward: the backbone's stage ``k`` in ``out_indices`` is the
+    output of layer ``k - 1`` (stage 0 is the embedding), normalised by the backbone's final
+    layernorm when ``apply_layernorm``; then the neck (reassemble + fusion) and the head.
+    """
+
+    decoders = ("depth",)
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        backbone = model.backbone
+        cfg = backbone.config
+        if cfg.reshape_hidden_states:
+            raise ValueError("Depth Anything's neck reads token sequences; "
+                             "backbone reshape_hidden_states must be False")
+        stages = [backbone.stage_names.index(s) for s in backbone.out_features]
+        if 0 in stages:
+            raise ValueError("a Depth Anything head reading the embedding (stage 0) has no block state to probe")
+        self.model = model
+        self.num_blocks = len(backbone.encoder.layer)
+        self.read_layers = tuple(s - 1 for s in stages)
+        self.apply_layernorm = bool(cfg.apply_layernorm)
+        self.patch_size = int(model.config.patch_size)
+
+    def decoder_layers(self, decoder: str) -> tuple[int, ...]:
+        return self.read_layers
+
+    def embed(self, images: Tensor) -> tuple[Tensor, tuple[int, int]]:
+        """images (B, 3, H, W) -> CLS + patch tokens (B, 1 + rows·cols, D), ctx = (rows, cols)."""
+        h, w = images.shape[-2:]
+        return self.model.backbone.embeddings(images), (h // self.patch_size, w // self.patch_size)
+
+    def block(self, i: int, h: Tensor, ctx: tuple[int, int]) -> Tensor:
+        out = self.model.backbone.encoder.layer[i](h)
+        return out[0] if isinstance(out, tuple) else out  # transformers 4.x layers return (h, *extras)
+
+    def decode(self, decoder: str, states: Mapping[int, Tensor], ctx: tuple[int, int]) -> Tensor:
+        rows, cols = ctx
+        norm = self.model.backbone.layernorm
+        feats = [norm(states[i]) if self.apply_layernorm else states[i] for i in self.read_layers]
+        fused = self.model.neck(feats, rows, cols)
+        return self.model.head(fused, rows, cols).flatten(1)  # (B, rows·p, cols·p) -> (B, H·W)
+
+    def forward(self, images: Tensor) -> Tensor:
+        """The model's own forward: predicted depth (B, H, W)."""
+        return self.model(pixel_values=images).predicted_depth
+
+
+def _use_eager_attention(model: nn.Module) -> None:
+    """Explicit softmax attention in the model and its backbone (jvp has no rule for fused SDPA on CPU)."""
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation("eager")  # reaches the backbone's config too
+    else:  # older transformers
+        for config in (model.config, model.backbone.config):
+            config._attn_implementation = "eager"
+
+
+def _build_depth_anything(path: Path | None, overrides: Mapping[str, Any]) -> ProbeHost:
+    from transformers import DepthAnythingForDepthEstimation
+
+    spec = DEPTH_ANYTHING_V2
+    if path is None:
+        model = DepthAnythingForDepthEstimation(depth_anything_config(**overrides))
+    else:
+        directory = path.parent if path.is_file() else path
+        if not (directory / "config.json").is_file():
+            raise FileNotFoundError(f"paper model {spec.name!r}: {directory} has no config.json. "
+                                    f"Provide {spec.weights}")
+        # local_files_only: never reach the hub; eager attention: jvp has no rule for fused SDPA on CPU.
+        model = DepthAnythingForDepthEstimation.from_pretrained(
+            str(directory), local_files_only=True, attn_implementation="eager")
+        _check_overrides(spec.name, model.config, overrides)
+    _use_eager_attention(model)
+    return freeze(DepthAnythingHost(model))
+
+
+DEPTH_ANYTHING_V2 = AdapterSpec(
+    name="depth-anything-v2", title="Depth-Anything-V2-Base, DPT depth head", library="transformers",
+    decoders=("depth",),
+    weights="a transformers checkpoint directory (config.json + model.safetensors, as saved by "
+            "save_pretrained or downloaded from depth-anything/Depth-Anything-V2-Base-hf).",
+    hf_repo="depth-anything/Depth-Anything-V2-Base-hf",
+    build=_build_depth_anything,
+    tiny=dict(image_size=42, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+              out_indices=[1, 2, 3, 4], neck_hidden_sizes=[8, 16, 32, 32], fusion_hidden_size=16,
+              head_hidden_size=8),
+)

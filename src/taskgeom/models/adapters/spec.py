@@ -1,0 +1,36 @@
+"""What every paper-model adapter shares: its spec and the weight files it may load."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from taskgeom.models.host import ProbeHost
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".pth.tar", ".ckpt")
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    """How to build and load one paper model.
+
+    ``build(path, overrides)`` returns the host: random weights when ``path`` is None, else the
+    weights at ``path`` (already checked to exist). ``tiny``: overrides giving a small config of the
+    same architecture. ``hf_repo``: the hub repository whose local cache layout ``path`` may point to.
+    """
+
+    name: str
+    title: str
+    library: str
+    decoders: tuple[str, ...]
+    weights: str
+    hf_repo: str
+    build: Callable[[Path | None, Mapping[str, Any]], ProbeHost]
+    tiny: Mapping[str, Any] = field(default_factory=dict)
+
+
+def weight_files(directory: Path) -> list[Path]:
+    """The weight files (by suffix, see ``WEIGHT_SUFFIXES``) directly in ``directory``, sorted."""
+    return sorted(f for f in directory.iterdir() if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES))
