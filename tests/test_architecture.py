@@ -165,7 +165,8 @@ def undeclared(runner_loads: list[str], code: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
 def test_a_stage_depends_on_every_module_its_runner_loads(stage, loaded):
     assert loaded[stage.runner], f"{stage.runner} failed to import"
-    assert not undeclared(loaded[stage.runner], stage.code), f"{stage.name} does not depend on these"
+    missing = undeclared(loaded[stage.runner], stage.code)
+    assert not missing, f"{stage.name}: its runner loads {missing}, which its code dependencies leave out"
 
 
 def test_the_dependency_check_names_a_module_left_out(loaded):
