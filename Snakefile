@@ -12,6 +12,7 @@ sys.path.insert(0, f"{workflow.basedir}/src")  # this checkout's registry, whate
 from taskgeom.pipeline import config as taskgeom_config
 from taskgeom.pipeline.dag import snakemake_rule
 from taskgeom.pipeline.registry import final_outputs
+from taskgeom.pipeline.sync import commit_to_dvc, follow_dvc
 
 min_version("9.0")
 
@@ -19,8 +20,13 @@ min_version("9.0")
 configfile: "params.yaml"
 
 
+# `snakemake --report report.html`: this description, then the results rules/common.smk flags (REPORT_ITEMS)
+report: "docs/report/workflow.rst"
+
+
 validate(config, "src/taskgeom/params.schema.yaml")
 taskgeom_config.validate(config, "params.yaml")
+follow_dvc(config)  # after `dvc repro`, `dvc checkout` or `dvc pull`: take DVC's state (pipeline/sync.py)
 
 
 wildcard_constraints:
@@ -47,3 +53,8 @@ include: "rules/learn.smk"
 include: "rules/prune.smk"
 include: "rules/retrieval.smk"
 include: "rules/report.smk"
+
+
+onsuccess:
+    # Record in dvc.lock what this run brought up to date, so `dvc status` agrees (pipeline/sync.py).
+    commit_to_dvc(job.shellcmd for job in workflow.dag.jobs if job.shellcmd)

@@ -12,6 +12,8 @@ safetensors               the metadata entry ``provenance`` (JSON)
 CSV                       a first line ``# provenance: {...}``
 Markdown                  a first line ``<!-- provenance: {...} -->``
 LaTeX                     a first line ``% provenance: {...}``
+YAML                      a first line ``# provenance: {...}`` (a comment: DVC's metrics and
+                          plots read the numbers only, ``artifacts.metrics``)
 PNG, PDF                  the image metadata (``provenance`` / ``Subject``)
 ========================  ==================================================
 
@@ -26,7 +28,7 @@ from pathlib import Path
 
 KEY = "provenance"
 PDF_FIELD = "Subject"  # PDF's document information has fixed fields; the record goes in Subject
-LINE_FORMS = {".csv": ("# ", ""), ".md": ("<!-- ", " -->"), ".tex": ("% ", "")}
+LINE_FORMS = {".csv": ("# ", ""), ".md": ("<!-- ", " -->"), ".tex": ("% ", ""), ".yaml": ("# ", "")}
 
 
 def encode(record: dict) -> str:
@@ -34,7 +36,7 @@ def encode(record: dict) -> str:
 
 
 def header_line(record: dict, suffix: str) -> str:
-    """The first line that records ``record`` in a text file of type ``suffix`` (.csv, .md, .tex)."""
+    """The first line that records ``record`` in a text file of type ``suffix`` (.csv, .md, .tex, .yaml)."""
     start, end = LINE_FORMS[suffix]
     return f"{start}{KEY}: {encode(record)}{end}\n"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -33,3 +34,73 @@ def read_table(path: str | Path) -> pd.DataFrame:
         raise FileNotFoundError(f"{path}: table not found (run the stage that makes it first)")
     _, body = split_header(path.read_text(), ".csv")
     return pd.read_csv(io.StringIO(body))
+
+
+
+ALPHA = 0.05
+
+
+def verdict(difference: float, p: float, *, subject: str = "importance", lower_is_better: bool = True,
+            alpha: float = ALPHA) -> str:
+    """Which side of a paired comparison wins, in words: ``difference`` is subject − other (its
+    sign picks the side), ``p`` the paired test's p-value (NaN: every pair tied, or untested)."""
+    if math.isnan(p):
+        return "no difference (every image tied)" if difference == 0 else "not tested"
+    if p >= alpha:
+        return f"no difference at p ≥ {alpha:g}"
+    if math.isnan(difference) or difference == 0:
+        return "no difference in the mean"
+    return f"{subject} {'better' if (difference < 0) == lower_is_better else 'worse'}"
+
+
+def add_effects(df: pd.DataFrame, keys: list[str], *, method: str = "method", reference: str = "importance",
+                value: str = "mean", p: str = "p_vs_importance", lower_is_better: bool = True,
+                alpha: float = ALPHA) -> pd.DataFrame:
+    """``df`` (one row per method and group ``keys``) with, on every row compared with ``reference``
+    (it carries the ``p`` column, or ties it exactly): ``reference``'s value in its group
+    (``<reference>_<value>``), the signed effect ``<reference>_minus_method`` (reference − row),
+    ``<reference>_over_method`` (reference / row) and the ``verdict``. Both values are means over
+    the same images and seeds, so the difference of the means is the mean paired difference."""
+    if df.empty or p not in df or method not in df:
+        return df
+    ref_col = f"{reference}_{value}"
+    ref = df[df[method] == reference][[*keys, value]].rename(columns={value: ref_col})
+    out = df.merge(ref, on=keys, how="left", validate="many_to_one")
+    compared = (out[method] != reference) & out[ref_col].notna() & out[value].notna()
+    compared &= out[p].notna() | (out[value] == out[ref_col])
+    out[ref_col] = out[ref_col].where(compared)
+    out[f"{reference}_minus_method"] = out[ref_col] - out[value].where(compared)
+    out[f"{reference}_over_method"] = out[ref_col] / out[value].where(compared & (out[value] != 0))
+    out["verdict"] = [verdict(d, q, subject=reference, lower_is_better=lower_is_better, alpha=alpha) if c else ""
+                      for d, q, c in zip(out[f"{reference}_minus_method"], out[p], compared)]
+    return out
+
+
+def comparison(df: pd.DataFrame, index: list[str], *, method: str = "method", reference: str = "importance",
+               value: str = "mean", p: str = "p_vs_importance") -> pd.DataFrame:
+    """The compared rows of ``add_effects(df, ...)`` as a readable table: ``index``, the baseline,
+    η, both values, the signed difference and the ratio, the p-value and the verdict."""
+    rows = df[df["verdict"].fillna("").astype(str) != ""] if "verdict" in df else df.iloc[:0]
+    fmt = lambda x, spec: "" if pd.isna(x) else format(x, spec)
+    return pd.DataFrame({
+        **{k: rows[k] for k in index},
+        "baseline": rows[method],
+        **({"η": rows["ratio"].map(lambda x: f"{x:g}")} if "ratio" in df else {}),
+        reference: rows.get(f"{reference}_{value}", pd.Series(dtype=float)).map(lambda x: fmt(x, ".4g")),
+        "baseline value": rows[value].map(lambda x: fmt(x, ".4g")),
+        f"{reference} − baseline": rows.get(f"{reference}_minus_method", pd.Series(dtype=float)).map(signed),
+        f"{reference} / baseline": rows.get(f"{reference}_over_method", pd.Series(dtype=float))
+        .map(lambda x: fmt(x, ".3g")),
+        "Wilcoxon p": rows[p].map(lambda x: "–" if pd.isna(x) else f"{x:.2g}") if p in rows else "",
+        "verdict": rows.get("verdict", pd.Series(dtype=str)),
+    }).reset_index(drop=True)
+
+
+def signed(x: float) -> str:
+    """A signed number for a table: +0.0123, −4.56 (a true minus sign), 0; empty for NaN."""
+    if pd.isna(x):
+        return ""
+    if x == 0:
+        return "0"
+    text = f"{x:+.3g}"
+    return "−" + text[1:] if text.startswith("-") else text

@@ -17,23 +17,10 @@ from pathlib import Path
 from taskgeom import __version__
 from taskgeom.data.hdf5 import StoreError
 from taskgeom.pipeline import config
-from taskgeom.pipeline.registry import PARAMS_OK, STAGES
-from taskgeom.pipeline.stage import Collect, Stage, fill
+from taskgeom.pipeline.registry import STAGES
+from taskgeom.pipeline.stage import Collect, Stage, fill, resolve
 
 PROFILES_DIR = Path("params")
-
-
-def resolve(stage: Stage, params: dict, value: str | None) -> tuple[dict, dict]:
-    inputs: dict = {}
-    for name, dep in stage.deps.items():
-        if dep == PARAMS_OK:  # an ordering guard for DVC; the CLI validates params itself
-            continue
-        if isinstance(dep, Collect):
-            inputs[name] = [Path(dep.template.replace("{item}", v)) for v in config.get(params, dep.over)]
-        else:
-            inputs[name] = Path(fill(dep, stage, value, params))
-    outputs = {name: Path(fill(p, stage, value)) for name, p in stage.outs.items()}
-    return inputs, outputs
 
 
 def missing_inputs(inputs: dict) -> list[str]:

@@ -1,9 +1,18 @@
 """Both front ends of the stage registry: dvc.yaml (generated text) and Snakemake rule
-arguments (read by rules/*.smk)."""
+arguments (read by rules/*.smk).
+
+In dvc.yaml a stage's metrics and plots (``Stage.metrics``, ``Stage.plots``) leave its ``outs``
+for its ``metrics`` and ``plots``, DVC 3's stage-level outputs. They stay cached like every
+other output (``cache: false`` would keep them out of ``dvc push``/``pull`` and the run-cache
+round trip, and git ignores results/), so ``dvc exp show`` and ``dvc metrics diff`` read them from
+the cache by each revision's dvc.lock. A plot of several fields is a top-level ``plots``
+definition over its directory (``stage.Plot``).
+"""
 
 from __future__ import annotations
 
 import json
+import posixpath
 from dataclasses import dataclass
 
 import yaml
@@ -32,13 +41,29 @@ def dvc_stage(stage: Stage) -> dict:
     body = {"cmd": stage.command(name) if stage.wildcard else stage.command(), "deps": deps + list(stage.code)}
     if stage.params:
         body["params"] = [dvc_path(k, stage) for k in stage.params]
-    body["outs"] = [dvc_path(p, stage) for p in stage.outs.values()]
+    staged_plots = {k: plot for k, plot in stage.plots.items() if not plot.several}
+    declared = set(stage.metrics) | set(staged_plots)
+    body["outs"] = [dvc_path(p, stage) for k, p in stage.outs.items() if k not in declared]
+    if stage.metrics:
+        body["metrics"] = [dvc_path(stage.outs[k], stage) for k in stage.metrics]
+    if staged_plots:
+        item = f"{{{stage.wildcard}}}" if stage.wildcard else ""
+        body["plots"] = [{dvc_path(stage.outs[k], stage): plot.props(dvc_path(f"{stage.name} {item}: {plot.title}",
+                                                                               stage))}
+                         for k, plot in staged_plots.items()]
     return {"foreach": f"${{{stage.foreach}}}", "do": body} if stage.foreach else body
+
+
+def dvc_top_plots() -> list[dict]:
+    """Top-level plots: each plot of several fields over the directory of its files."""
+    return [{posixpath.dirname(s.outs[k]): plot.props(f"{s.name}: {plot.title}")}
+            for s in STAGES for k, plot in s.plots.items() if plot.several]
 
 
 def dvc_yaml_text() -> str:
     stages = {s.name: dvc_stage(s) for s in STAGES}
-    return DVC_HEADER + yaml.safe_dump({"stages": stages}, sort_keys=False, width=120)
+    document = {"stages": stages} | ({"plots": top} if (top := dvc_top_plots()) else {})
+    return DVC_HEADER + yaml.safe_dump(document, sort_keys=False, width=120, allow_unicode=True)
 
 
 @dataclass

@@ -6,6 +6,12 @@ Each stage is one ``taskgeom STAGE`` subcommand, run by ``taskgeom.stages.<stage
 ``stage_rule`` makes one Snakemake rule per stage through ``taskgeom.pipeline.dag``. The code a
 stage depends on is not declared: it is derived from its runner's imports (``codedeps``).
 
+Each experiment stage also writes its headline figures (``results/metrics/<stage>/<item>.yaml``,
+declared DVC metrics) and the rows of its plots (``results/plots/<plot>/<item>.yaml``, declared
+DVC plots with their axes), for ``dvc exp show``, ``dvc metrics diff`` and ``dvc plots diff``.
+A plot's series are fixed here (DVC needs its fields by name): its runner writes exactly these
+fields, ``None`` for one a configuration lacks (tests/test_dvc_metrics.py checks they agree).
+
 In DVC every stage depends on ``check-params``, whose output never changes while
 params.yaml is valid: an invalid params.yaml stops DVC there, before any stage deletes
 its outputs to rerun. It is DVC's counterpart of the Snakefile's ``validate(config)``,
@@ -15,7 +21,7 @@ which stops Snakemake before it builds its DAG, so Snakemake has no such rule.
 from __future__ import annotations
 
 from taskgeom.pipeline.config import get
-from taskgeom.pipeline.stage import Collect, Stage, fill
+from taskgeom.pipeline.stage import PARAMS_OK, Collect, Plot, Stage, fill
 
 PKG = "src/taskgeom"
 WORLD_FILES = {
@@ -27,7 +33,6 @@ WORLD_FILES = {
 }
 
 TARGET_SPLITS = ("train", "val", "test")
-PARAMS_OK = "data/params.ok"
 DIAGNOSTIC_TABLES = ("table1", "power_iterations", "output_metric", "accuracy")
 METRIC_TABLES = ("importance", "head_ablations", "table13", "vae")
 METRIC_FIGURES = ("importance_maps", "training_curves")
@@ -35,8 +40,29 @@ PRUNE_TABLES = ("table2", "resolutions", "schedules", "second_domain", "baseline
 PRUNE_FIGURES = ("prune_degradation", "prune_maps")
 RETRIEVAL_TABLES = ("table14", "table15", "ablation", "two_stage")
 RETRIEVAL_FIGURES = ("retrieval_distances", "retrieval_examples")
+PRUNE_METHODS = ("random", "tome_score", "evit", "tome", "importance")  # the schema's prune_methods
+RETRIEVAL_VARIANTS = ("drm", "no_regression", "no_distillation")     # stages/retrieval.py's VARIANTS
+VAE_TERMS = ("loss", "recon", "task", "kl")                            # the VAE loss and its terms
+SPN_SUPERVISION = ("exact", "q1", "q")                                 # q: learn.targets.power_iters
+STEP, LOSS = "step", "loss (mean over each logging window)"
 PRUNE_SETTINGS = ("prune.ratios", "prune.seeds", "prune.images", "prune.batch_size", "prune.domains",
                   "prune.resolutions")
+
+
+def headline(stage: str, wildcard: str) -> str:
+    """A stage's headline figures, a DVC metric."""
+    return f"results/metrics/{stage}/{{{wildcard}}}.yaml"
+
+
+def plot_data(plot: str, wildcard: str) -> str:
+    """The rows of one plot of one item, in a directory per plot."""
+    return f"results/plots/{plot}/{{{wildcard}}}.yaml"
+
+
+def degradation(what: str) -> Plot:
+    return Plot("ratio", PRUNE_METHODS, f"{what} ×100 against η, per method", "η (fraction of patch tokens removed)",
+                f"{what} ×100 (lower is better)")
+
 
 STAGES: tuple[Stage, ...] = (
     Stage(
@@ -70,7 +96,11 @@ STAGES: tuple[Stage, ...] = (
             "config": "data/zoo/{model}/config.json",
             "metrics": "results/zoo/{model}.json",
             "curve": "results/zoo/{model}_curve.csv",
+            "headline": headline("zoo", "model"),
+            "loss_plot": plot_data("zoo-loss", "model"),
         },
+        metrics=("headline",),
+        plots={"loss_plot": Plot(STEP, ("train_loss",), "training loss", STEP, LOSS)},
         params=("zoo.{model}", "device"),
         wildcard="model",
         foreach="zoo.models",
@@ -91,7 +121,13 @@ STAGES: tuple[Stage, ...] = (
         help="The tractability diagnostic (κ_cap(r), erank, r_0.90, token CV) of one probe over the test images.",
         deps={"params_ok": PARAMS_OK, "test": WORLD_FILES["test"], "mv_test": WORLD_FILES["mv_test"],
               "weights": "data/zoo/{probe.model}/model.safetensors", "config": "data/zoo/{probe.model}/config.json"},
-        outs={"summary": "results/diagnose/probes/{probe}.json", "arrays": "results/diagnose/probes/{probe}.h5"},
+        outs={"summary": "results/diagnose/probes/{probe}.json", "arrays": "results/diagnose/probes/{probe}.h5",
+              "headline": headline("diagnose", "probe"), "kappa_plot": plot_data("diagnose-kappa", "probe"),
+              "spectrum_plot": plot_data("diagnose-spectrum", "probe")},
+        metrics=("headline",),
+        plots={"kappa_plot": Plot("r", ("kappa_cap",), "κ_cap(r), mean over images", "r", "κ_cap(r)"),
+               "spectrum_plot": Plot("i", ("energy",), "spectrum σ_i² / ‖J‖_F², mean over images", "i",
+                                     "σ_i² / ‖J‖_F²")},
         params=("diagnose.probes.{probe}", "diagnose.images", "diagnose.estimator", "diagnose.dense",
                 "diagnose.power_table", "diagnose.bootstrap", "diagnose.regimes", "device"),
         wildcard="probe",
@@ -123,7 +159,10 @@ STAGES: tuple[Stage, ...] = (
         deps={"params_ok": PARAMS_OK, "mv_train": WORLD_FILES["mv_train"], "mv_test": WORLD_FILES["mv_test"],
               "weights": "data/zoo/{vae.model}/model.safetensors", "config": "data/zoo/{vae.model}/config.json"},
         outs={"weights": "data/vae/{vae}/model.safetensors", "config": "data/vae/{vae}/config.json",
-              "metrics": "results/vae/{vae}.json", "curve": "results/vae/{vae}_curve.csv"},
+              "metrics": "results/vae/{vae}.json", "curve": "results/vae/{vae}_curve.csv",
+              "headline": headline("vae", "vae"), "loss_plot": plot_data("vae-loss", "vae")},
+        metrics=("headline",),
+        plots={"loss_plot": Plot(STEP, VAE_TERMS, "VAE training loss and its terms", STEP, LOSS)},
         params=("vae.{vae}", "diagnose.estimator", "learn.bootstrap", "device"),
         wildcard="vae",
         foreach="vae",
@@ -155,7 +194,11 @@ STAGES: tuple[Stage, ...] = (
              "subspace alignment V1 on held-out images against a random-init floor (Table 13).",
         deps={"params_ok": PARAMS_OK, "train": "data/targets/{probe}/train.h5", "test": "data/targets/{probe}/test.h5"},
         outs={"weights": "data/spn/{probe}/model.safetensors", "config": "data/spn/{probe}/config.json",
-              "metrics": "results/spn/{probe}.json", "curve": "results/spn/{probe}_curve.csv"},
+              "metrics": "results/spn/{probe}.json", "curve": "results/spn/{probe}_curve.csv",
+              "headline": headline("spn", "probe"), "loss_plot": plot_data("spn-loss", "probe")},
+        metrics=("headline",),
+        plots={"loss_plot": Plot(STEP, SPN_SUPERVISION, "SPN training loss per supervision, mean over seeds", STEP,
+                                 LOSS)},
         params=("learn.spn.{probe}", "learn.targets.power_iters", "learn.bootstrap", "device"),
         wildcard="probe",
         foreach="learn.spn",
@@ -170,7 +213,10 @@ STAGES: tuple[Stage, ...] = (
              "held-out images (§5.4, App. F ablations).",
         deps={"params_ok": PARAMS_OK, **{split: f"data/targets/{{head.probe}}/{split}.h5" for split in TARGET_SPLITS}},
         outs={"weights": "data/heads/{head}/model.safetensors", "config": "data/heads/{head}/config.json",
-              "metrics": "results/heads/{head}.json", "curve": "results/heads/{head}_curve.csv"},
+              "metrics": "results/heads/{head}.json", "curve": "results/heads/{head}_curve.csv",
+              "headline": headline("head", "head"), "loss_plot": plot_data("head-loss", "head")},
+        metrics=("headline",),
+        plots={"loss_plot": Plot(STEP, ("loss",), "importance-head training loss, mean over seeds", STEP, LOSS)},
         params=("learn.heads.{head}", "learn.head_defaults", "learn.targets.power_iters", "learn.bootstrap", "device"),
         wildcard="head",
         foreach="learn.heads",
@@ -204,7 +250,11 @@ STAGES: tuple[Stage, ...] = (
               "head_weights": "data/heads/{cls.head}/model.safetensors",
               "head_config": "data/heads/{cls.head}/config.json",
               "spn_weights": "data/spn/{cls.spn}/model.safetensors", "spn_config": "data/spn/{cls.spn}/config.json"},
-        outs={"table": "results/prune/cls/{cls}.csv", "summary": "results/prune/cls/{cls}.json"},
+        outs={"table": "results/prune/cls/{cls}.csv", "summary": "results/prune/cls/{cls}.json",
+              "headline": headline("prune-cls", "cls"),
+              "degradation_plot": plot_data("prune-cls-degradation", "cls")},
+        metrics=("headline",),
+        plots={"degradation_plot": degradation("CLS degradation")},
         params=("prune.cls.{cls}", *PRUNE_SETTINGS, "prune.knn", "learn.bootstrap", "device"),
         wildcard="cls",
         foreach="prune.cls",
@@ -220,7 +270,11 @@ STAGES: tuple[Stage, ...] = (
               "weights": "data/zoo/{dense.model}/model.safetensors", "config": "data/zoo/{dense.model}/config.json",
               "head_weights": "data/heads/{dense.head}/model.safetensors",
               "head_config": "data/heads/{dense.head}/config.json", "targets": "data/targets/{dense.probe}/test.h5"},
-        outs={"table": "results/prune/dense/{dense}.csv", "summary": "results/prune/dense/{dense}.json"},
+        outs={"table": "results/prune/dense/{dense}.csv", "summary": "results/prune/dense/{dense}.json",
+              "headline": headline("prune-dense", "dense"),
+              "degradation_plot": plot_data("prune-dense-degradation", "dense")},
+        metrics=("headline",),
+        plots={"degradation_plot": degradation("additional SILog (first schedule, LLF)")},
         params=("prune.dense.{dense}", *PRUNE_SETTINGS, "learn.bootstrap", "learn.probes", "learn.targets.power_iters",
                 "device"),
         wildcard="dense",
@@ -276,7 +330,11 @@ STAGES: tuple[Stage, ...] = (
         outs={"weights": "data/retrieval/{retrieval}/model.safetensors",
               "config": "data/retrieval/{retrieval}/config.json",
               "metrics": "results/retrieval/runs/{retrieval}.json",
-              "curve": "results/retrieval/runs/{retrieval}_curve.csv"},
+              "curve": "results/retrieval/runs/{retrieval}_curve.csv",
+              "headline": headline("retrieval", "retrieval"), "loss_plot": plot_data("retrieval-loss", "retrieval")},
+        metrics=("headline",),
+        plots={"loss_plot": Plot(STEP, RETRIEVAL_VARIANTS, "held-out regression loss per variant", STEP,
+                                 "held-out regression loss")},
         params=("retrieval.{retrieval}", "learn.bootstrap", "learn.targets.power_iters", "device"),
         wildcard="retrieval",
         foreach="retrieval",

@@ -7,14 +7,22 @@ directory that holds them). A stage whose ``foreach`` key holds a mapping (name 
 e.g. the diagnostic's probes) is ``keyed``: the wildcard is the name, and templates may read a
 field of the settings, written ``{probe.model}`` (DVC's ``${item.model}``, a Snakemake input
 function).
+
+Some outputs are more than files to DVC: ``metrics`` names the outputs that hold a stage's
+headline figures (``dvc metrics show``, ``dvc exp show``) and ``plots`` the outputs that hold
+rows to draw, with their axes (``Plot``; ``dvc plots show``). Both front ends still make them
+as ordinary outputs; only dvc.yaml declares them apart (``dag.dvc_stage``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from taskgeom.pipeline.codedeps import code_files
 from taskgeom.pipeline.config import get
+
+PARAMS_OK = "data/params.ok"  # check-params' output: DVC's guard against invalid params
 
 
 @dataclass(frozen=True)
@@ -27,6 +35,30 @@ class Collect:
     @property
     def directory(self) -> str:
         return self.template.split("{item}")[0].rstrip("/")
+
+
+@dataclass(frozen=True)
+class Plot:
+    """How DVC draws one plot-data output (rows, ``artifacts.metrics.write_plot``): the field(s)
+    ``y`` against the field ``x``. A plot of one field is declared in its stage and titled with
+    the item; DVC 3's stage-level plot properties take one y field, so a plot of several fields
+    (methods, variants, loss terms) is a top-level definition over the output's directory, which
+    must hold only this plot's files (``<dir>/{wildcard}.yaml``): one chart per item."""
+
+    x: str
+    y: tuple[str, ...]
+    title: str
+    x_label: str
+    y_label: str
+
+    @property
+    def several(self) -> bool:
+        return len(self.y) > 1
+
+    def props(self, title: str) -> dict:
+        """DVC's plot properties, titled ``title``."""
+        return {"x": self.x, "y": list(self.y) if self.several else self.y[0], "title": title,
+                "x_label": self.x_label, "y_label": self.y_label}
 
 
 @dataclass(frozen=True)
@@ -44,6 +76,18 @@ class Stage:
     runtime: int = 10                    # minutes, for cluster schedulers
     gpu: bool = False                    # benefits from a GPU (device: auto uses one)
     dvc_only: bool = False               # a stage only DVC needs (see check-params)
+    metrics: tuple[str, ...] = ()        # names of outs that DVC declares as metrics
+    plots: dict[str, Plot] = field(default_factory=dict)  # names of outs that DVC draws, and how
+
+    def __post_init__(self) -> None:
+        for name in (*self.metrics, *self.plots):
+            if name not in self.outs:
+                raise ValueError(f"stage {self.name}: {name!r} is declared a metric or plot but is not an output")
+        for name, plot in self.plots.items():
+            path = self.outs[name]
+            if plot.several and (not self.wildcard or not path.endswith(f"/{{{self.wildcard}}}.yaml")):
+                raise ValueError(f"stage {self.name}: plot {name!r} of several fields must be <dir>/"
+                                 f"{{{self.wildcard}}}.yaml, a directory of its own (DVC draws each file in it)")
 
     @property
     def runner(self) -> str:
@@ -82,3 +126,18 @@ def fill(template: str, stage_: Stage, value: str | None, params: dict | None = 
         for key, field_value in item.items():
             template = template.replace(f"{{{stage_.wildcard}.{key}}}", str(field_value))
     return template.replace(f"{{{stage_.wildcard}}}", value)
+
+
+def resolve(stage: Stage, params: dict, value: str | None) -> tuple[dict, dict]:
+    """(inputs, outputs) of one stage instance as paths, by name; a ``Collect`` input is a list.
+    DVC's ``check-params`` guard is left out: the CLI and the Snakefile validate params themselves."""
+    inputs: dict = {}
+    for name, dep in stage.deps.items():
+        if dep == PARAMS_OK:
+            continue
+        if isinstance(dep, Collect):
+            inputs[name] = [Path(dep.template.replace("{item}", v)) for v in get(params, dep.over)]
+        else:
+            inputs[name] = Path(fill(dep, stage, value, params))
+    outputs = {name: Path(fill(p, stage, value)) for name, p in stage.outs.items()}
+    return inputs, outputs

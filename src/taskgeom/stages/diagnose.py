@@ -19,6 +19,7 @@ import numpy as np
 import torch.nn.functional as F_
 from torch import Tensor
 
+from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import atomic_path, write_json
 from taskgeom.data.hdf5 import KIND_ATTR, encode_attrs, new_file
 from taskgeom.data.splits import read_world, to_input
@@ -125,6 +126,20 @@ def write_arrays(ctx: StageContext, sweep: Sweep, count: int) -> None:
                 f[k][...] = v
 
 
+def write_dvc_files(ctx: StageContext, sweep: Sweep, summary: dict) -> None:
+    """Mean κ_cap, erank, r_0.90 and token CV (a DVC metric); κ_cap(r) and the spectrum σ_i² / ‖J‖_F²,
+    means over images (DVC plots, as diagnose-tables draws them)."""
+    means = {k: summary[k]["mean"] for k in ("kappa_cap", "erank", "r90", "cv")}
+    dvc_files.write_metrics(ctx.outputs.get("headline"), means, ctx.provenance())
+    kappa = np.stack(sweep.curves).astype(np.float64).mean(axis=0)
+    sigma = np.stack(sweep.sigma).astype(np.float64)
+    share = (sigma ** 2 / np.asarray(sweep.rows["frob2"], dtype=np.float64)[:, None]).mean(axis=0)
+    dvc_files.write_plot(ctx.outputs.get("kappa_plot"), [{"r": i + 1, "kappa_cap": v} for i, v in enumerate(kappa)],
+                         ctx.provenance())
+    dvc_files.write_plot(ctx.outputs.get("spectrum_plot"), [{"i": i + 1, "energy": v} for i, v in enumerate(share)],
+                         ctx.provenance())
+
+
 def run(ctx: StageContext) -> None:
     settings = ctx.params["diagnose"]
     name = ctx.wildcard
@@ -158,3 +173,4 @@ def run(ctx: StageContext) -> None:
     }
     write_arrays(ctx, sweep, len(images))
     write_json(ctx.outputs["summary"], json.loads(json.dumps(result, default=float)))
+    write_dvc_files(ctx, sweep, summary)

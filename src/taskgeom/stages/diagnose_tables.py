@@ -20,12 +20,13 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from taskgeom.artifacts.figures import plt, save_figure
+from taskgeom.artifacts.figures import PAPER_POINT, plt, save_figure, series_styles
 from taskgeom.artifacts.tables import write_table
 from taskgeom.diagnostics import regime
 from taskgeom.evaluate.stats import spearman, summarize
 from taskgeom.pipeline.runtime import StageContext
 
+SHORT = {"depth-anything-v2": "DA-V2", "dinov2-b14": "DINOv2-B/14", "vggt": "VGGT"}   # figure labels
 PAPER_OUTPUT_DIM = {"camera": 9, "cls": 768}  # the paper's M where the regime rule needs it (VGGT: one frame)
 
 
@@ -119,24 +120,47 @@ def accuracy_table(results: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def figures(results: list[dict], arrays: dict[str, Path], outputs: dict[str, Path], provenance: dict) -> None:
-    fig_s, ax_s = plt.subplots(figsize=(7, 4.5))
-    fig_k, ax_k = plt.subplots(figsize=(7, 4.5))
-    for res in results:
+def paper_kappa_labels(paper: dict, close: float = 0.05) -> list[tuple[float, str]]:
+    """Where to write the names of the paper's Table 1 rows beside their κ_cap(r): rows closer
+    than ``close`` share one multi-line label at their mean κ. (κ, label) pairs."""
+    groups: list[list[dict]] = []
+    for row in sorted(paper["rows"], key=lambda r: r["kappa_cap_20"]):
+        if groups and row["kappa_cap_20"] - groups[-1][0]["kappa_cap_20"] < close:
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    name = lambda r: f"{SHORT.get(r['backbone'], r['backbone'])} {r['decoder']} L{r['layer']}"
+    return [(float(np.mean([r["kappa_cap_20"] for r in g])), "\n".join(name(r) for r in g)) for g in groups]
+
+
+def figures(results: list[dict], arrays: dict[str, Path], outputs: dict[str, Path], provenance: dict,
+            paper: dict) -> None:
+    """Spectra and κ_cap(r) curves, one colour and marker per probe; the paper's κ_cap(r) at its r
+    (Table 1) as black stars. The paper reports no spectra."""
+    fig_s, ax_s = plt.subplots(figsize=(7.5, 4.8))
+    fig_k, ax_k = plt.subplots(figsize=(7.5, 4.8))
+    for res, style in zip(results, series_styles(len(results))):
         with h5py.File(arrays[res["probe"]], "r") as f:
             sigma, frob2, curves = f["sigma"][:], f["frob2"][:], f["kappa_curve"][:]
         share = (sigma ** 2 / frob2[:, None]).mean(0)     # σ_i² / ‖J‖_F², mean over images
         i = np.arange(1, len(share) + 1)
-        ax_s.semilogy(i, np.maximum(share, 1e-12), marker=".", label=res["probe"])
-        mean, lo, hi = curves.mean(0), curves.min(0), curves.max(0)
-        line, = ax_k.plot(i, mean, marker=".", label=res["probe"])
-        ax_k.fill_between(i, lo, hi, color=line.get_color(), alpha=0.15)
-    ax_s.set(xlabel="i", ylabel="σ_i² / ‖J‖_F²  (mean over images)", title="Singular-value spectra of the probes")
-    ax_k.set(xlabel="r", ylabel="κ_cap(r)", title="Captured sensitivity κ_cap(r) (band: min–max over images)",
-             ylim=(0, 1.02))
-    ax_k.axhline(0.9, color="grey", lw=0.8, ls="--")
+        ax_s.semilogy(i, np.maximum(share, 1e-12), ms=3, lw=1, label=res["probe"], **style)
+        ax_k.plot(i, curves.mean(0), ms=3, lw=1, label=res["probe"], **style)
+        ax_k.fill_between(i, curves.min(0), curves.max(0), color=style["color"], alpha=0.12)
+    r = paper["settings"]["r"]
+    ax_k.plot([r] * len(paper["rows"]), [row["kappa_cap_20"] for row in paper["rows"]], **PAPER_POINT,
+              label=f"paper κ_cap({r}), Table 1")
+    for kappa, label in paper_kappa_labels(paper):
+        ax_k.annotate(label, (r, kappa), xytext=(8, 0), textcoords="offset points", fontsize=6, va="center")
+    ax_s.set(xlabel="mode index i (singular values in descending order)",
+             ylabel="σ_i² / ‖J‖_F²  (share of sensitivity; mean over images)",
+             title="Singular-value spectra of the probes (the paper reports none)")
+    ax_k.set(xlabel="rank r (number of top singular modes)", ylabel="κ_cap(r)  (share of ‖J‖_F² captured)",
+             title="Captured sensitivity κ_cap(r) (band: min–max over images)", ylim=(0, 1.02),
+             xlim=(0, r * 1.45))
+    ax_k.axhline(0.9, color="grey", lw=0.8, ls=":", label="κ_cap = 0.90 (defines r_0.90)")
     for ax in (ax_s, ax_k):
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(fontsize=6, ncol=2, loc="lower right" if ax is ax_k else "upper right")
     save_figure(fig_s, outputs["spectra_png"], outputs["spectra_pdf"], provenance=provenance)
     save_figure(fig_k, outputs["kappa_curves_png"], outputs["kappa_curves_pdf"], provenance=provenance)
 
@@ -161,4 +185,4 @@ def run(ctx: StageContext) -> None:
     for name, (df, cap) in tables.items():
         write_table(df, ctx.outputs[f"{name}_csv"], ctx.outputs[f"{name}_md"], ctx.outputs[f"{name}_tex"], caption=cap,
                     provenance=ctx.provenance())
-    figures(results, arrays, ctx.outputs, ctx.provenance())
+    figures(results, arrays, ctx.outputs, ctx.provenance(), paper1)

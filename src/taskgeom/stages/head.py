@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
 from taskgeom.evaluate.stats import spearman, summarize
@@ -39,6 +40,14 @@ def target_key(kind: str, target: TargetFile, power_iters: int) -> str:
 
 def rho_per_image(pred: np.ndarray, target: np.ndarray) -> np.ndarray:
     return np.array([spearman(p, t) for p, t in zip(pred, target)])
+
+
+def write_dvc_files(ctx: StageContext, summary: dict, rho_mean_map: float, curves: list[dict]) -> None:
+    """Spearman ρ on the held-out images, means over seeds, beside its floors (a DVC metric); the
+    training loss, mean over seeds (a DVC plot)."""
+    dvc_files.write_metrics(ctx.outputs.get("headline"), {**{k: v["mean"] for k, v in summary.items()},
+                                                      "rho_mean_map": rho_mean_map}, ctx.provenance())
+    dvc_files.write_plot(ctx.outputs.get("loss_plot"), dvc_files.wide(curves, "step", "loss"), ctx.provenance())
 
 
 def run(ctx: StageContext) -> None:
@@ -93,3 +102,4 @@ def run(ctx: StageContext) -> None:
         "rho_mean_map": summarize(rho_mean_map.tolist(), boot["resamples"], boot["level"], boot["seed"]).as_dict(),
         "seeds_detail": seeds, "summary": summary, "examples": examples, "provenance": ctx.provenance()})
     write_table(pd.DataFrame(curves), ctx.outputs["curve"], provenance=ctx.provenance())
+    write_dvc_files(ctx, summary, float(rho_mean_map.mean()), curves)

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from taskgeom.artifacts.figures import plt, save_figure
+from taskgeom.artifacts.figures import plt, save_figure, series_styles
 from taskgeom.artifacts.tables import read_table, write_table
 from taskgeom.data.splits import read_world
 from taskgeom.pipeline.runtime import StageContext
@@ -156,7 +156,10 @@ def token_grid(n: int) -> tuple[int, int]:
     raise ValueError(f"{n} tokens do not form one square patch grid")
 
 
-def importance_figure(heads: list[dict], rgb: np.ndarray, outputs: dict[str, Path], provenance: dict) -> None:
+def importance_figure(heads: list[dict], rgb: np.ndarray, outputs: dict[str, Path], provenance: dict,
+                      numbers: dict) -> None:
+    """Per probe's first head: input, target (log), prediction with its Spearman ρ, and the
+    paper's ρ where it reports one for that kind of probe."""
     shown = [h for h in base_heads(heads).values() if h.get("examples")]
     k = len(shown[0]["examples"]["index"]) if shown else 1
     fig, axes = plt.subplots(max(1, len(shown)) * 3, k, figsize=(2.1 * k, 6.3 * max(1, len(shown))), squeeze=False)
@@ -170,29 +173,43 @@ def importance_figure(heads: list[dict], rgb: np.ndarray, outputs: dict[str, Pat
             axes[3 * p + 1, j].imshow(np.log(np.maximum(target[prefix:], 1e-30)).reshape(side, side), cmap="magma")
             axes[3 * p + 1, j].set_title(f"target ({h['target']}, log)", fontsize=7)
             axes[3 * p + 2, j].imshow(pred[prefix:].reshape(side, side), cmap="magma")
-            axes[3 * p + 2, j].set_title(f"head, ρ = {ex['rho'][j]:.2f}", fontsize=7)
+            paper = paper_rho(numbers, h)
+            axes[3 * p + 2, j].set_title(f"head, ρ = {ex['rho'][j]:.2f}"
+                                         + (f" (paper {paper:.3g})" if paper is not None else ""), fontsize=7)
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
     save_figure(fig, outputs["importance_maps_png"], outputs["importance_maps_pdf"], provenance=provenance)
 
 
+def every(points) -> int:
+    """A marker on about ten points of a curve (on each point of a short one)."""
+    return max(1, len(points) // 10)
+
+
 def curves_figure(heads: list[dict], head_curves: dict[str, pd.DataFrame], spn_curves: dict[str, pd.DataFrame],
                   vae_curves: dict[str, pd.DataFrame], outputs: dict[str, Path], provenance: dict) -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    """Training loss against step: every head (first seed), every SPN per supervision, every VAE's
+    terms; one colour and marker per series (the paper reports no curves)."""
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    styles = iter(series_styles(len(heads)))
     for h in heads:
         c = head_curves[h["head"]]
         c = c[c["seed"] == c["seed"].min()]
-        axes[0].plot(c["step"], c["loss"], label=h["head"], lw=1)
-    axes[0].set(title="Importance heads (first seed)", xlabel="step", ylabel="loss")
-    for name, c in spn_curves.items():
-        for sup, g in c[c["seed"] == c["seed"].min()].groupby("supervision", sort=False):
-            axes[1].plot(g["step"], g["loss"], label=f"{name} · {sup}", lw=1)
-    axes[1].set(title="SPN (first seed)", xlabel="step", ylabel="loss (1 − captured energy + energy terms)")
-    for name, c in vae_curves.items():
-        for col in ("loss", "recon", "task"):
-            axes[2].plot(c["step"], c[col], label=f"{name} {col}", lw=1)
-    axes[2].set(title="VAE", xlabel="step", ylabel="loss", yscale="log")
+        axes[0].plot(c["step"], c["loss"], label=h["head"], lw=1, markevery=every(c), ms=3, **next(styles))
+    axes[0].set(title="Importance heads (first seed)", xlabel="optimizer step",
+                ylabel="loss (MSE on standardised log target + w_rank · ranking)")
+    spn = [(f"{name} · {sup}", g) for name, c in spn_curves.items()
+           for sup, g in c[c["seed"] == c["seed"].min()].groupby("supervision", sort=False)]
+    for (label, g), style in zip(spn, series_styles(len(spn))):
+        axes[1].plot(g["step"], g["loss"], label=label, lw=1, markevery=every(g), ms=3, **style)
+    axes[1].set(title="SPN (first seed)", xlabel="optimizer step",
+                ylabel="loss (1 − captured energy + energy terms, dimensionless)")
+    vae = [(f"{name} {col}", c["step"], c[col]) for name, c in vae_curves.items() for col in ("loss", "recon", "task")]
+    for (label, x, y), style in zip(vae, series_styles(len(vae))):
+        axes[2].plot(x, y, label=label, lw=1, markevery=every(x), ms=3, **style)
+    axes[2].set(title="VAE", xlabel="optimizer step", ylabel="loss (total, reconstruction, task; log scale)",
+                yscale="log")
     for ax in axes:
         ax.legend(fontsize=6)
     save_figure(fig, outputs["training_curves_png"], outputs["training_curves_pdf"], provenance=provenance)
@@ -220,6 +237,6 @@ def run(ctx: StageContext) -> None:
                     provenance=ctx.provenance())
     count = max((max(h["examples"]["index"]) + 1 for h in heads if h.get("examples")), default=1)
     rgb = read_world(ctx.inputs["test"], keys=("rgb",), limit=count)["rgb"]
-    importance_figure(heads, rgb, ctx.outputs, ctx.provenance())
+    importance_figure(heads, rgb, ctx.outputs, ctx.provenance(), numbers)
     curves = lambda kind: {Path(p).stem.removesuffix("_curve"): read_table(p) for p in ctx.inputs[f"{kind}_curves"]}
     curves_figure(heads, curves("head"), curves("spn"), curves("vae"), ctx.outputs, ctx.provenance())

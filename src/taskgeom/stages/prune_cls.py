@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F_
 
+from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
 from taskgeom.data.splits import to_input
@@ -33,6 +34,20 @@ from taskgeom.prune.protocol import (
     summary_rows,
     world_batch,
 )
+
+METHODS = ("random", "tome_score", "evit", "tome", "importance")  # the plot's series (registry.PRUNE_METHODS)
+
+
+def write_dvc_files(ctx: StageContext, rows: list[dict], domain: str, resolution: int) -> None:
+    """CLS degradation ×100 per method at each η on the base setting, the mean over seeds and
+    images (a DVC metric, ``cls_degradation.<method>.eta<100η>``, and a DVC plot against η)."""
+    base = [r for r in rows
+            if r["metric"] == "cls_degradation" and (r["domain"], r["resolution"]) == (domain, resolution)]
+    dvc_files.write_metrics(ctx.outputs.get("headline"),
+                            {"cls_degradation": dvc_files.nest(base, ("method", "ratio"), "mean",
+                                                               {"ratio": dvc_files.eta_key})}, ctx.provenance())
+    dvc_files.write_plot(ctx.outputs.get("degradation_plot"), dvc_files.wide(base, "ratio", "mean", "method", METHODS),
+                         ctx.provenance())
 
 
 def run(ctx: StageContext) -> None:
@@ -85,3 +100,4 @@ def run(ctx: StageContext) -> None:
     write_table(pd.DataFrame(rows), ctx.outputs["table"], provenance=ctx.provenance())
     write_json(ctx.outputs["summary"], {"model": name, **cfg, "knn_top1_unpruned": unpruned,
                                         "images": p["images"], "seeds": p["seeds"], "provenance": ctx.provenance()})
+    write_dvc_files(ctx, rows, p["domains"][0], base_res)

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
 from taskgeom.data.splits import to_input, world_max_depth
@@ -37,6 +38,7 @@ from taskgeom.prune.timm_blocks import block_with_stats, timm_block
 from taskgeom.prune.tome import tome_score
 
 EXAMPLES = 4  # test images of the Figure 2 maps
+METHODS = ("random", "tome_score", "evit", "tome", "importance")  # the plot's series (registry.PRUNE_METHODS)
 
 
 def figure_maps(ctx: StageContext, host, cfg: dict, learned, base, x: torch.Tensor, depth: np.ndarray) -> dict:
@@ -64,6 +66,19 @@ def figure_maps(ctx: StageContext, host, cfg: dict, learned, base, x: torch.Tens
     return {"layer": layer, "grid": [base.rows, base.cols], "depth": depth[:EXAMPLES].tolist(),
             "target": truth.tolist(), **{k: v.tolist() for k, v in maps.items()},
             "rho": {k: [spearman(a, b) for a, b in zip(v, truth)] for k, v in maps.items()}}
+
+
+def write_dvc_files(ctx: StageContext, rows: list[dict], domain: str, resolution: int, schedule: str) -> None:
+    """Additional SILog ×100 per method at each η on the base setting with the first schedule and
+    LLF, the mean over seeds and images (a DVC metric, ``add_silog.<method>.eta<100η>``, and a DVC
+    plot against η)."""
+    base = [r for r in rows if r["metric"] == "add_silog" and r["llf"] and r["schedule"] == schedule
+            and (r["domain"], r["resolution"]) == (domain, resolution)]
+    dvc_files.write_metrics(ctx.outputs.get("headline"),
+                            {"add_silog": dvc_files.nest(base, ("method", "ratio"), "mean",
+                                                         {"ratio": dvc_files.eta_key})}, ctx.provenance())
+    dvc_files.write_plot(ctx.outputs.get("degradation_plot"), dvc_files.wide(base, "ratio", "mean", "method", METHODS),
+                         ctx.provenance())
 
 
 def run(ctx: StageContext) -> None:
@@ -113,3 +128,4 @@ def run(ctx: StageContext) -> None:
     write_table(pd.DataFrame(rows), ctx.outputs["table"], provenance=ctx.provenance())
     write_json(ctx.outputs["summary"], {"model": name, **cfg, "images": p["images"], "seeds": p["seeds"],
                                         "examples": examples, "provenance": ctx.provenance()})
+    write_dvc_files(ctx, rows, p["domains"][0], base_res, schedule_name(cfg["schedules"][0]))

@@ -24,14 +24,18 @@ import pandas as pd
 import yaml
 
 from taskgeom.artifacts.atomic import write_text
-from taskgeom.artifacts.figures import plt, save_figure
-from taskgeom.artifacts.tables import read_table, write_table
+from taskgeom.artifacts.figures import PAPER, plt, save_figure, series_styles
+from taskgeom.artifacts.tables import ALPHA, add_effects, comparison, read_table, write_table
 from taskgeom.data.splits import read_world
 from taskgeom.pipeline.runtime import StageContext
 
 TABLE2_METHODS = ("random", "tome_score", "importance")
 METHOD_ORDER = ("random", "tome_score", "evit", "tome", "importance")
-PAPER_METHOD = {"random": "random", "tome_score": "tome_score", "importance": "importance"}
+STYLE = dict(zip(METHOD_ORDER, series_styles(len(METHOD_ORDER))))
+SETTING = ("part", "source", "model", "domain", "resolution", "schedule", "llf", "metric", "ratio")
+EFFECT_COLUMNS = ("importance_mean", "importance_minus_method", "importance_over_method", "verdict")
+COMPARED = (f"Lower is better: importance − baseline < 0 (importance / baseline < 1) favours importance; the "
+            f"verdict reads the two-sided Wilcoxon signed-rank test, paired by image, at α = {ALPHA:g}")
 
 
 def read_all(paths: list[Path]) -> pd.DataFrame:
@@ -53,8 +57,15 @@ def pivot(df: pd.DataFrame, index: list[str], value: str = "mean") -> pd.DataFra
     return out.reset_index()
 
 
+def effects(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with importance's signed effect against each method in its setting and the verdict
+    (``artifacts.tables.add_effects``); the difference is the mean paired difference."""
+    return add_effects(df, [c for c in SETTING if c in df]) if not df.empty else df
+
+
 def markdown(sections: list[tuple[str, pd.DataFrame]]) -> str:
-    return "\n\n".join(f"{title}\n\n{df.to_markdown(index=False, floatfmt='.4g')}" for title, df in sections) + "\n"
+    """One ``### title`` (its first line; the rest a paragraph) and table per section."""
+    return "\n\n".join(f"### {title}\n\n{df.to_markdown(index=False, floatfmt='.4g')}" for title, df in sections) + "\n"
 
 
 def write(ctx: StageContext, name: str, long: pd.DataFrame, sections: list[tuple[str, pd.DataFrame]],
@@ -92,10 +103,10 @@ def table2(ctx, cls: pd.DataFrame, dense: pd.DataFrame, numbers: dict, base_res:
         d = base_rows(dense, base_res)
         ours.append(d[(d["metric"] == "add_silog") & (d["schedule"] == "1-stage") & d["llf"]
                       & d["method"].isin(TABLE2_METHODS)].assign(part="dense"))
-    ours = ordered(pd.concat(ours, ignore_index=True)).assign(source="ours") if ours else pd.DataFrame()
+    ours = effects(ordered(pd.concat(ours, ignore_index=True)).assign(source="ours")) if ours else pd.DataFrame()
     long = pd.concat([ours, paper_table2(numbers)], ignore_index=True)
     keep = [c for c in ("part", "source", "model", "method", "ratio", "mean", "std_seeds", "ci_low", "ci_high",
-                        "p_vs_importance", "images") if c in long]
+                        "p_vs_importance", *EFFECT_COLUMNS, "images") if c in long]
     long = long[keep]
     sections = []
     for part, title in (("cls", "CLS degradation ×100 (lower is better)"),
@@ -104,10 +115,10 @@ def table2(ctx, cls: pd.DataFrame, dense: pd.DataFrame, numbers: dict, base_res:
         if sub.empty:
             continue
         sections.append((title, pivot(sub, ["source", "model", "method"])))
-        ours_part = sub[(sub["source"] == "ours") & (sub["method"] != "importance")]
-        if not ours_part.empty:
-            sections.append((f"{title.split(' ×')[0]}: Wilcoxon p, importance vs each (paired by image)",
-                             pivot(ours_part, ["model", "method"], "p_vs_importance")))
+        ours_part = sub[sub["source"] == "ours"]
+        if "verdict" in ours_part and (ours_part["verdict"].fillna("") != "").any():
+            sections.append((f"{title.split(' ×')[0]}: importance vs each baseline, paired by image\n\n{COMPARED}.",
+                             comparison(ours_part, ["model"])))
     write(ctx, "table2", long, sections,
           f"Table 2: our zoo at the base domain and resolution ({base_res} px), mean over seeds, beside the paper's "
           "(ImageNet-val @ 224, DINOv2-B/14 CLS and Depth-Anything-V2).")
@@ -120,13 +131,13 @@ def relative_reduction(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     if not {"importance", "tome_score"} <= set(wide.columns):
         return pd.DataFrame()
     out = (1.0 - wide["importance"] / wide["tome_score"]).rename("mean").reset_index()
-    return out.assign(method="reduction vs tome_score")
+    return out.assign(method="reduction vs tome_score (> 0: importance better)")
 
 
 def resolutions(ctx, dense: pd.DataFrame, numbers: dict) -> None:
     d = (dense[(dense["metric"] == "add_silog") & dense["llf"] & (dense["domain"] == "rgb")]
          if not dense.empty else dense)
-    long = ordered(d) if not d.empty else d
+    long = effects(ordered(d)) if not d.empty else d
     sections = []
     if not d.empty:
         for schedule, sub in d.groupby("schedule", sort=False):
@@ -146,7 +157,7 @@ def resolutions(ctx, dense: pd.DataFrame, numbers: dict) -> None:
 def schedules(ctx, dense: pd.DataFrame, base_res: int) -> None:
     d = base_rows(dense, base_res) if not dense.empty else dense
     d = d[d["metric"] == "add_silog"] if not d.empty else d
-    long = ordered(d) if not d.empty else d
+    long = effects(ordered(d)) if not d.empty else d
     sections = [("Additional SILog ×100 per schedule, LLF on and off",
                  pivot(long, ["model", "schedule", "llf", "method"]))] \
         if not d.empty else []
@@ -167,7 +178,7 @@ def second_domain(ctx, cls: pd.DataFrame, dense: pd.DataFrame, numbers: dict, ba
     if not dense.empty:
         d = base_rows(dense, base_res, "sketch")
         parts.append(d[(d["metric"] == "add_silog") & d["llf"]].assign(part="dense"))
-    long = ordered(pd.concat(parts, ignore_index=True)) if parts else pd.DataFrame()
+    long = effects(ordered(pd.concat(parts, ignore_index=True))) if parts else pd.DataFrame()
     sk = numbers["clip_cls_pruning"]["imagenet_sketch"]
     paper = pd.DataFrame([{"part": "cls", "source": "paper", "model": "clip-b16", "method": m, "ratio": r,
                            "mean": sk[k][m]}
@@ -195,13 +206,12 @@ def baselines(ctx, cls: pd.DataFrame, dense: pd.DataFrame, base_res: int) -> Non
     if not dense.empty:
         d = base_rows(dense, base_res)
         parts.append(d[(d["metric"] == "add_silog") & d["llf"]].assign(part="dense"))
-    long = ordered(pd.concat(parts, ignore_index=True)) if parts else pd.DataFrame()
+    long = effects(ordered(pd.concat(parts, ignore_index=True))) if parts else pd.DataFrame()
     sections = []
     if not long.empty:
         sections.append(("Every method, lower is better", pivot(long, ["part", "model", "schedule", "method"])))
-        sections.append(("Wilcoxon p, importance vs each",
-                         pivot(long[long["method"] != "importance"],
-                               ["part", "model", "schedule", "method"], "p_vs_importance")))
+        sections.append((f"Importance vs each baseline, paired by image\n\n{COMPARED}.",
+                         comparison(long, ["part", "model", "schedule"])))
     write(ctx, "baselines", long, sections,
           "Table 12: every baseline (random, ToMe scoring, EViT, ToMe merging) against importance at the base "
           "setting. The paper: importance best or tied with EViT at every ratio; both beat ToMe scoring.")
@@ -245,37 +255,57 @@ def speed(ctx, paths: list[Path], numbers: dict) -> None:
           f"(ToMe {s['res_448']['tome_speedup']}×).")
 
 
-def degradation_figure(ctx, cls: pd.DataFrame, dense: pd.DataFrame, base_res: int) -> None:
+def degradation_panels(cls: pd.DataFrame, dense: pd.DataFrame, numbers: dict, base_res: int) -> list[tuple]:
+    """(title, y label, our rows, the paper's rows or None) per panel: CLS per model, dense per
+    model and schedule; the paper's Table 2 curves beside its CLS and single-stage dense panels."""
+    paper = paper_table2(numbers)
     panels = []
     if not cls.empty:
         c = base_rows(cls, base_res)
         for model, sub in c[c["metric"] == "cls_degradation"].groupby("model", sort=False):
-            panels.append((f"{model}: CLS degradation ×100", sub))
+            panels.append((f"{model}: CLS merging", "CLS degradation ×100 = 100·(1 − cos)", sub,
+                           paper[paper["part"] == "cls"]))
     if not dense.empty:
         d = base_rows(dense, base_res)
         d = d[(d["metric"] == "add_silog") & d["llf"]]
         for (model, schedule), sub in d.groupby(["model", "schedule"], sort=False):
-            panels.append((f"{model} {schedule} + LLF: additional SILog ×100", sub))
-    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.2 * max(len(panels), 1), 3.4), squeeze=False)
-    for ax, (title, sub) in zip(axes[0], panels):
+            panels.append((f"{model}: {schedule} prune + LLF", "additional SILog ×100 vs unpruned depth", sub,
+                           paper[paper["part"] == "dense"] if schedule == "1-stage" else None))
+    return panels
+
+
+def degradation_figure(ctx, cls: pd.DataFrame, dense: pd.DataFrame, numbers: dict, base_res: int) -> None:
+    """Degradation against η per method (band: bootstrap 95% interval over images), the paper's
+    Table 2 values dashed in the same colour where it reports that setting."""
+    panels = degradation_panels(cls, dense, numbers, base_res)
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.4 * max(len(panels), 1), 3.9), squeeze=False)
+    for ax, (title, ylabel, sub, paper) in zip(axes[0], panels):
         for method in METHOD_ORDER:
-            m = sub[sub["method"] == method].sort_values("ratio")
-            if m.empty:
-                continue
-            ax.plot(m["ratio"], m["mean"], marker="o", ms=3, label=method, lw=2.2 if method == "importance" else 1.2)
-            ax.fill_between(m["ratio"], m["ci_low"], m["ci_high"], alpha=0.15)
-        if "CLS" in title and (sub["mean"] > 0).all():
-            ax.set_yscale("log")
+            m, style = sub[sub["method"] == method].sort_values("ratio"), STYLE[method]
+            if not m.empty:
+                ax.plot(m["ratio"], m["mean"], ms=4, label=f"ours: {method}", **style,
+                        lw=2.2 if method == "importance" else 1.2)
+                ax.fill_between(m["ratio"], m["ci_low"], m["ci_high"], color=style["color"], alpha=0.15)
+            pm = paper[paper["method"] == method] if paper is not None else pd.DataFrame()
+            if not pm.empty:
+                ax.plot(pm["ratio"], pm["mean"], **{**PAPER, "color": style["color"]}, marker="*", ms=6,
+                        label=f"paper ({pm['model'].iloc[0]}): {method}")
+        if "CLS" in ylabel and (sub["mean"] > 0).any():   # spans orders of magnitude; η = 0 (no change) masked
+            ax.set_yscale("log", nonpositive="mask")
+            shown = pd.concat([sub["mean"], paper["mean"] if paper is not None else pd.Series(dtype=float)])
+            ax.set_ylim(bottom=shown[shown > 0].min() / 5)
+            ylabel += ", log scale"
         ax.set_title(title, fontsize=9)
-        ax.set_xlabel("pruning ratio η")
-    if panels:
-        axes[0][0].legend(fontsize=7)
+        ax.set_xlabel("pruning ratio η (share of patch tokens removed)")
+        ax.set_ylabel(ylabel + " (lower is better)", fontsize=8)
+        ax.legend(fontsize=6)
     save_figure(fig, ctx.outputs["prune_degradation_png"], ctx.outputs["prune_degradation_pdf"],
                 provenance=ctx.provenance())
 
 
-def maps_figure(ctx, summaries: list[dict]) -> None:
-    """Paper Figure 2: input, importance head, ToMe score, predicted depth; ρ against the target."""
+def maps_figure(ctx, summaries: list[dict], numbers: dict) -> None:
+    """Paper Figure 2: input, importance head, ToMe score, predicted depth; ρ against the target
+    (the paper's DPT-depth importance head reaches ρ ≈ 0.20)."""
     examples = [s for s in summaries if s.get("examples")]
     ex = examples[0]["examples"] if examples else None
     n = len(ex["importance"]) if ex else 1
@@ -294,6 +324,9 @@ def maps_figure(ctx, summaries: list[dict]) -> None:
     for ax in axes.ravel():
         ax.set_xticks([])
         ax.set_yticks([])
+    paper = numbers["importance_head"]["spearman_dpt_depth_spectral_target"]["value"]
+    fig.suptitle(f"ρ: Spearman rank correlation of the map with the Jacobian-derived token importance e_t\n"
+                 f"(paper, DPT depth head: ρ ≈ {paper:.2f}); predicted depth: brighter is nearer", fontsize=8)
     save_figure(fig, ctx.outputs["prune_maps_png"], ctx.outputs["prune_maps_pdf"], provenance=ctx.provenance())
 
 
@@ -311,5 +344,5 @@ def run(ctx: StageContext) -> None:
     baselines(ctx, cls, dense, base_res)
     accuracy(ctx, cls, cls_summaries, numbers, base_res)
     speed(ctx, ctx.inputs["speed"], numbers)
-    degradation_figure(ctx, cls, dense, base_res)
-    maps_figure(ctx, dense_summaries)
+    degradation_figure(ctx, cls, dense, numbers, base_res)
+    maps_figure(ctx, dense_summaries, numbers)

@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
 from taskgeom.data.splits import read_world, to_input
@@ -193,6 +194,21 @@ def evaluate_domain(ctx: StageContext, cfg: dict, host, models: dict, calibratio
     return rows, examples, scatter
 
 
+def write_dvc_files(ctx: StageContext, rows: list[dict], curves: list[dict]) -> None:
+    """Per domain and method, the mean Spearman ρ against the true decoder distance and recall@k
+    (a DVC metric, ``<domain>.<method>.rho``; the two-stage search as ``two_stage``); the held-out
+    regression loss of each variant (a DVC plot)."""
+    headline: dict = {}
+    for row in rows:
+        method = row["method"] if row["method"] in (*VARIANTS, *BASELINES) else "two_stage"
+        values = {k.removesuffix("_mean"): v for k, v in row.items() if k == "rho_mean" or k.startswith("recall@")}
+        headline.setdefault(row["domain"], {})[method] = values
+    dvc_files.write_metrics(ctx.outputs.get("headline"), headline, ctx.provenance())
+    dvc_files.write_plot(ctx.outputs.get("loss_plot"),
+                         dvc_files.wide(curves, "step", "heldout_regression", "variant", tuple(VARIANTS)),
+                         ctx.provenance())
+
+
 def run(ctx: StageContext) -> None:
     name = ctx.wildcard
     cfg = ctx.params["retrieval"][name]
@@ -227,3 +243,4 @@ def run(ctx: StageContext) -> None:
         "name": name, **cfg, "parameters": param_count(drm), "train_images": len(train_ids),
         "holdout_images": len(held_ids), "calibration": calibration, "rows": rows, "examples": examples,
         "scatter": scatter, "provenance": ctx.provenance()})
+    write_dvc_files(ctx, rows, curves)

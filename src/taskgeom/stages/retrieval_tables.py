@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from taskgeom.artifacts.figures import plt, save_figure
+from taskgeom.artifacts.figures import plt, save_figure, series_styles
 from taskgeom.artifacts.tables import write_table
 from taskgeom.data.splits import read_world
 from taskgeom.pipeline.runtime import StageContext
@@ -81,18 +81,32 @@ def examples_figure(ctx: StageContext, results: list[dict]) -> None:
                 provenance=ctx.provenance())
 
 
-def distances_figure(ctx: StageContext, results: list[dict]) -> None:
+def paper_rho(numbers: dict, method: str, in_distribution: bool) -> float | None:
+    """The paper's Spearman ρ of ``method`` (Table 14 in distribution, Table 15 across data sets)."""
+    r = numbers["retrieval"]
+    if in_distribution:
+        return r["in_distribution_spearman"].get(method)
+    return r["cross_dataset"].get(f"{method}_spearman")
+
+
+def distances_figure(ctx: StageContext, results: list[dict], numbers: dict) -> None:
+    """Calibrated predicted against true decoder distance per method and domain; the legend gives
+    our Spearman ρ (mean over queries) beside the paper's where it reports one."""
     res = results[0] if results else None
     domains = res["domains"] if res else []
-    fig, axes = plt.subplots(1, max(len(domains), 1), figsize=(4.5 * max(len(domains), 1), 4.0), squeeze=False)
+    fig, axes = plt.subplots(1, max(len(domains), 1), figsize=(4.8 * max(len(domains), 1), 4.3), squeeze=False)
+    rho = {(r["domain"], r["method"]): r.get("rho_mean") for r in res["rows"]} if res else {}
     for ax, domain in zip(axes[0], domains):
         sc = res["scatter"][domain]
-        for m in METHODS:
-            ax.scatter(sc["true"], sc[m], s=3, alpha=0.35, label=m)
+        for m, style in zip(METHODS, series_styles(len(METHODS))):
+            ours, paper = rho.get((domain, m)), paper_rho(numbers, m, domain == domains[0])
+            label = m + (f", ρ = {ours:.2f}" if ours is not None else "") + \
+                (f" (paper {paper:.2f})" if paper is not None else "")
+            ax.scatter(sc["true"], sc[m], s=4, alpha=0.4, label=label, color=style["color"], marker=style["marker"])
         lim = [0, max(sc["true"]) * 1.05]
-        ax.plot(lim, lim, color="black", lw=0.8)
-        ax.set_xlabel("true decoder distance (SILog of depth outputs)")
-        ax.set_ylabel("calibrated predicted distance")
+        ax.plot(lim, lim, color="black", lw=0.8, label="y = x (perfect calibration)")
+        ax.set_xlabel("true decoder distance (SILog between depth outputs)")
+        ax.set_ylabel("predicted distance, linearly calibrated (same units)")
         ax.set_title(f"{res['name']}, {domain}{' (training domain)' if domain == domains[0] else ''}", fontsize=9)
         ax.legend(fontsize=7, markerscale=3)
     save_figure(fig, ctx.outputs["retrieval_distances_png"], ctx.outputs["retrieval_distances_pdf"],
@@ -124,5 +138,5 @@ def run(ctx: StageContext) -> None:
           if not df.empty else df,
           "Two-stage search: a cosine shortlist reranked by DRM, against DRM over the whole gallery (recall@k of the "
           "true nearest neighbours). Queries per second: `python benchmarks/retrieval_speed.py`.")
-    distances_figure(ctx, results)
+    distances_figure(ctx, results, numbers)
     examples_figure(ctx, results)

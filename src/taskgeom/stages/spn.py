@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
 from taskgeom.evaluate.stats import summarize
@@ -23,6 +24,25 @@ from taskgeom.metric.targets import TargetFile
 from taskgeom.models import zoo
 from taskgeom.models.host import param_count
 from taskgeom.pipeline.runtime import StageContext
+
+SUPERVISION = ("exact", "q1", "q")  # the plot's series; q: params' q (registry.SPN_SUPERVISION)
+
+
+def roles(source: str, q: int) -> list[str]:
+    """The plot's series a supervision source plays: 'q<params' q>' is 'q' (and 'q1' when q = 1)."""
+    return [r for r, s in (("exact", "exact"), ("q1", "q1"), ("q", f"q{q}")) if s == source]
+
+
+def write_dvc_files(ctx: StageContext, summary: dict, curves: list[dict]) -> None:
+    """V1 per supervision, means over seeds (a DVC metric: v1.random_init, v1.exact, v1.q1, v1.q
+    with q params' q); the training loss per supervision, mean over seeds (a DVC plot)."""
+    q = ctx.params["learn"]["targets"]["power_iters"]
+    v1 = {"random_init": summary["random-init"]["mean"]}
+    v1 |= {r: s["mean"] for source, s in summary.items() for r in roles(source, q)}
+    dvc_files.write_metrics(ctx.outputs.get("headline"), {"v1": v1}, ctx.provenance())
+    long = [{"step": c["step"], "role": r, "loss": c["loss"]} for c in curves for r in roles(c["supervision"], q)]
+    dvc_files.write_plot(ctx.outputs.get("loss_plot"), dvc_files.wide(long, "step", "loss", "role", SUPERVISION),
+                         ctx.provenance())
 
 
 def v1_per_image(model: SpectralPullbackNetwork, test: TargetFile, reference: np.ndarray, device: str) -> np.ndarray:
@@ -72,3 +92,4 @@ def run(ctx: StageContext) -> None:
         "tokens": train.tokens, "dim": train.dim, "test_images": test.num_items, "train_images": train.num_items,
         "parameters": param_count(untrained), "rows": rows, "summary": summary, "provenance": ctx.provenance()})
     write_table(pd.DataFrame(curves), ctx.outputs["curve"], provenance=ctx.provenance())
+    write_dvc_files(ctx, summary, curves)

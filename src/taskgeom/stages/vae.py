@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
 from taskgeom.data.splits import read_world, to_input
@@ -37,6 +38,7 @@ from taskgeom.pipeline.runtime import StageContext
 from taskgeom.probes import LatentProbeMap, ProbeMap
 
 STAT_GROUPS = 64  # training groups whose features set the standardisation
+TERMS = ("loss", "recon", "task", "kl")  # the training curve's series (registry.VAE_TERMS)
 
 
 def depth_agreement(pred: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
@@ -110,6 +112,17 @@ def train_vae(ctx: StageContext, cfg: dict, host: LatentHost, vae: FeatureVAE, t
     return curve
 
 
+def write_dvc_files(ctx: StageContext, quality: dict, latent: dict, original: dict, curve: list[dict]) -> None:
+    """The erank ratio (original / latent), both eranks and r_0.90, and the reconstruction's δ1 and
+    AbsRel (a DVC metric); the loss and its terms (a DVC plot)."""
+    dvc_files.write_metrics(ctx.outputs.get("headline"), {
+        "erank_ratio": original["erank"]["mean"] / latent["erank"]["mean"],
+        "erank_original": original["erank"]["mean"], "erank_latent": latent["erank"]["mean"],
+        "r90_original": original["r90"]["mean"], "r90_latent": latent["r90"]["mean"], **quality}, ctx.provenance())
+    dvc_files.write_plot(ctx.outputs.get("loss_plot"), [{"step": c["step"], **{k: c[k] for k in TERMS}} for c in curve],
+                         ctx.provenance())
+
+
 def run(ctx: StageContext) -> None:
     cfg = ctx.params["vae"][ctx.wildcard]
     boot = ctx.params["learn"]["bootstrap"]
@@ -148,3 +161,4 @@ def run(ctx: StageContext) -> None:
         "original_probe": original_probe, "erank_reduction": original_probe["erank"]["mean"] / latent["erank"]["mean"],
         "provenance": ctx.provenance()})
     write_table(pd.DataFrame(curve), ctx.outputs["curve"], provenance=ctx.provenance())
+    write_dvc_files(ctx, quality, latent, original_probe, curve)

@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
 from taskgeom.data.splits import read_world, world_max_depth
@@ -68,6 +69,13 @@ def load_task_data(path: Path, task: Task) -> dict[str, np.ndarray]:
     return mv_targets(data) if "cam_to_world" in task.keys else data
 
 
+def write_dvc_files(ctx: StageContext, metrics: dict[str, float], curve: list[tuple[int, float]]) -> None:
+    """The held-out metrics (a DVC metric) and the training curve (a DVC plot)."""
+    dvc_files.write_metrics(ctx.outputs.get("headline"), metrics, ctx.provenance())
+    rows = [{"step": s, "train_loss": v} for s, v in curve]
+    dvc_files.write_plot(ctx.outputs.get("loss_plot"), rows, ctx.provenance())
+
+
 def run_pretrained(ctx: StageContext, cfg: dict, max_depth: float) -> None:
     """Import one of the paper's models from its local weights and evaluate it zero-shot."""
     host = pretrained.load(cfg, ctx.device)
@@ -79,6 +87,7 @@ def run_pretrained(ctx: StageContext, cfg: dict, max_depth: float) -> None:
                                         "parameters": param_count(host), "steps": 0, "provenance": ctx.provenance(),
                                         "test_scenes": len(read_world(ctx.inputs["test"], keys=("label",))["label"])})
     write_table(pd.DataFrame(columns=["step", "train_loss"]), ctx.outputs["curve"], provenance=ctx.provenance())
+    write_dvc_files(ctx, metrics, [])
 
 
 def run(ctx: StageContext) -> None:
@@ -110,4 +119,5 @@ def run(ctx: StageContext) -> None:
                                         "parameters": param_count(model), "steps": cfg["steps"],
                                         "test_scenes": len(test_data["label"])})
     write_table(pd.DataFrame(curve, columns=["step", "train_loss"]), ctx.outputs["curve"], provenance=ctx.provenance())
+    write_dvc_files(ctx, metrics, curve)
     partial.unlink(missing_ok=True)

@@ -1,0 +1,173 @@
+"""One state after either front end: ``dvc status`` and ``snakemake -n`` agree after a run of
+either, and after ``dvc checkout`` or ``dvc pull``.
+
+**Snakemake to DVC** (``commit_to_dvc``, the Snakefile's ``onsuccess``). Both front ends run the
+same commands (``dag``), so a Snakemake job and a DVC stage are matched by their command. After
+a successful Snakemake run every job of its DAG is up to date; the DVC stages with those
+commands are committed (``dvc commit -f``: dvc.lock records their deps, params and outputs, and
+the outputs enter DVC's cache), after ``check-params``, which every DVC stage depends on. DVC's
+commit rewrites the files it caches, which would make every output look newer than Snakemake
+recorded, so each output's modification time is put back afterwards.
+
+**DVC to Snakemake** (``follow_dvc``, when the Snakefile is read). Snakemake decides from its own
+records (``.snakemake/metadata``: the parameters, inputs, input checksums and command of the job
+that made each output) and from modification times. After ``dvc repro``, ``dvc checkout`` or
+``dvc pull``, whenever dvc.lock differs from the one last followed, every stage instance that
+``dvc status`` finds up to date gets what Snakemake would have recorded had it run the job, and
+its outputs are made newer than its inputs, stage by stage in the registry's order (which is
+topological). Snakemake then reruns exactly what DVC would, and a later parameter edit still
+reruns its stages under Snakemake.
+
+Stages outside a run are left as the other front end last recorded them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from base64 import urlsafe_b64encode
+from collections.abc import Iterable, Iterator
+from hashlib import sha256
+from pathlib import Path
+
+from taskgeom.artifacts.atomic import atomic_path
+from taskgeom.pipeline.config import get, select
+from taskgeom.pipeline.dag import snakemake_rule
+from taskgeom.pipeline.registry import STAGES
+from taskgeom.pipeline.stage import Stage, resolve
+
+CHECK_PARAMS = "check-params"
+FOLLOWED = Path(".snakemake/taskgeom-dvc-lock.sha256")  # the dvc.lock last followed or committed
+SNAKEMAKE_METADATA = Path(".snakemake/metadata")
+RECORD_FORMAT_VERSION = 6   # Snakemake 9's record layout, as written by its persistence.finished()
+CHECKSUM_MAX_BYTES = 1_000_000  # Snakemake's default max_checksum_file_size
+
+
+def dvc_stages(root: Path) -> list[tuple[str, str, list[Path]]]:
+    """(address, command, output paths) of every stage in ``root``'s dvc.yaml, foreach expanded."""
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        return [(s.addressing, s.cmd, [root / o.def_path for o in s.outs]) for s in repo.index.stages]
+
+
+def files_under(paths: Iterable[Path]) -> list[Path]:
+    """The files among ``paths`` and inside the directories among them."""
+    found: list[Path] = []
+    for p in paths:
+        found += sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+    return found
+
+
+def commit_to_dvc(commands: Iterable[str], root: Path = Path(".")) -> list[str]:
+    """Record in DVC the stages whose command is among ``commands`` (the up-to-date jobs of a
+    Snakemake run) and whose outputs all exist; return their addresses.
+
+    Raises:
+        subprocess.CalledProcessError: when ``dvc`` fails; nothing is committed then.
+    """
+    if not (root / ".dvc").is_dir() or not (root / "dvc.yaml").is_file():
+        return []
+    done = set(commands)
+    stages = [(a, outs) for a, cmd, outs in dvc_stages(root)
+              if a != CHECK_PARAMS and cmd in done and all(o.exists() for o in outs)]
+    if not stages:
+        return []
+    outputs = files_under(o for _, outs in stages for o in outs)
+    stamps = {f: f.stat() for f in outputs}
+    quiet = {"cwd": root, "check": True, "stdout": subprocess.DEVNULL}
+    subprocess.run(["dvc", "repro", "--quiet", CHECK_PARAMS], **quiet)
+    try:
+        subprocess.run(["dvc", "commit", "--force", "--quiet", *(a for a, _ in stages)], **quiet)
+    finally:
+        for f, st in stamps.items():
+            if f.exists():
+                os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    mark_followed(root)
+    return [a for a, _ in stages]
+
+
+def lock_digest(root: Path) -> str:
+    return sha256((root / "dvc.lock").read_bytes()).hexdigest()
+
+
+def mark_followed(root: Path) -> None:
+    (root / FOLLOWED).parent.mkdir(parents=True, exist_ok=True)
+    (root / FOLLOWED).write_text(lock_digest(root))
+
+
+def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
+    """Bring Snakemake's records and the outputs' modification times in line with every stage
+    instance DVC finds up to date, if dvc.lock changed since last followed; return their names."""
+    if not (root / ".dvc").is_dir() or not (root / "dvc.lock").is_file():
+        return []
+    if (root / FOLLOWED).is_file() and (root / FOLLOWED).read_text() == lock_digest(root):
+        return []
+    status = subprocess.run(["dvc", "status", "--json"], cwd=root, check=True, capture_output=True, text=True)
+    stale = {name.split(":")[-1] for name in json.loads(status.stdout or "{}")}
+    followed = []
+    for stage, value in instances(params):
+        address = f"{stage.name}@{value}" if value else stage.name
+        inputs, outputs = resolve(stage, params, value)
+        if address in stale or not all((root / o).exists() for o in outputs.values()):
+            continue
+        input_files = sorted(str(p) for v in inputs.values() for p in (v if isinstance(v, list) else [v]))
+        input_files = sorted([*input_files, *stage.code])
+        newest = max((root / f).stat().st_mtime_ns for f in input_files if (root / f).exists())
+        for output in outputs.values():
+            after(root / output, newest)
+            write_record(root, output, stage, value, params, input_files)
+        followed.append(address)
+    mark_followed(root)
+    return followed
+
+
+def instances(params: dict) -> Iterator[tuple[Stage, str | None]]:
+    """Every Snakemake stage instance of ``params``, in the registry's (topological) order."""
+    for stage in STAGES:
+        if not stage.dvc_only:
+            yield from ((stage, v) for v in (get(params, stage.foreach) if stage.foreach else [None]))
+
+
+def after(path: Path, newest: int) -> None:
+    """Make ``path`` (a file, or every file in a directory) newer than ``newest`` (ns) if it is not."""
+    for f in files_under([path]):
+        st = f.stat()
+        if st.st_mtime_ns <= newest:
+            os.utime(f, ns=(st.st_atime_ns, newest + 1_000))
+
+
+def write_record(root: Path, output: Path, stage: Stage, value: str | None, params: dict,
+                 input_files: list[str]) -> None:
+    """Snakemake's record of ``output``, as its own run of the job would have written it; the
+    software environment is kept from an existing record (it is not ours to compute)."""
+    path = root / SNAKEMAKE_METADATA / urlsafe_b64encode(str(output).encode()).decode()
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    rule = snakemake_rule(stage.name, params)
+    keys = [k.replace(f"{{{stage.wildcard}}}", value) if value else k for k in stage.params]
+    mtime = (root / output).stat().st_mtime
+    record = {
+        "rule": stage.name.replace("-", "_"),
+        "input": input_files,
+        "log": [stage.log.replace(f"{{{stage.wildcard}}}", value or "")],
+        "shellcmd": stage.command(value) if value else stage.command(),
+        "params": [repr(json.dumps(select(params, keys), sort_keys=True))],
+        "code": rule.shell,
+        "record_format_version": RECORD_FORMAT_VERSION,
+        "conda_env": old.get("conda_env"),
+        "container_img_url": None,
+        "software_stack_hash": old.get("software_stack_hash"),
+        "job_hash": old.get("job_hash", 0),
+        "starttime": mtime,
+        "endtime": mtime,
+        "incomplete": False,
+        "external_jobid": None,
+        "input_checksums": {f: "sha256:" + sha256((root / f).read_bytes()).hexdigest() for f in input_files
+                            if (root / f).is_file() and (root / f).stat().st_size <= CHECKSUM_MAX_BYTES},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(record))
+
+

@@ -1,0 +1,104 @@
+"""Artifacts shared through DVC remotes, a directory and a local S3 server, on the smoke run:
+a fresh clone pulls the same bytes and has nothing to rerun in either front end."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from conftest import dvc_stages, run
+
+pytestmark = pytest.mark.pipeline
+
+
+def test_artifacts_round_trip_through_a_dvc_remote(smoke: Path, tmp_path: Path):
+    run(["dvc", "repro"], smoke)  # after the failed runs above, only check-params reruns
+    remote = tmp_path / "remote"
+    git = ["git", "-c", "user.email=ci@taskgeom", "-c", "user.name=taskgeom"]
+    run(["dvc", "remote", "add", "-d", "team", str(remote)], smoke)
+    run(["git", "add", "-A"], smoke)
+    run([*git, "commit", "-qm", "results"], smoke)
+    run(["dvc", "push"], smoke)
+    clone = tmp_path / "clone"
+    run(["git", "clone", "-q", str(smoke), str(clone)], tmp_path)
+    run(["dvc", "pull"], clone)
+    outs = [o for s in dvc_stages(smoke).values() for o in s["outs"]]
+    for rel in outs:
+        assert (clone / rel).read_bytes() == (smoke / rel).read_bytes(), rel
+    assert json.loads(run(["dvc", "status", "--json"], clone).stdout) == {}
+    dry = run(["snakemake", "-n"], clone)  # Snakemake takes DVC's state (pipeline/sync.py)
+    assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-4000:]
+
+
+S3_BUCKET = "taskgeom-artifacts"
+S3_KEYS = {"aws_access_key_id": "taskgeom-test", "aws_secret_access_key": "taskgeom-test"}
+
+
+@pytest.fixture
+def s3_endpoint():
+    """An S3-compatible server (moto) on loopback with an empty bucket; its URL."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        url = "http://{}:{}".format(*server.get_host_and_port())
+        boto3.client("s3", endpoint_url=url, region_name="us-east-1", **S3_KEYS).create_bucket(Bucket=S3_BUCKET)
+        yield url
+    finally:
+        server.stop()
+
+
+def use_s3_remote(repo: Path, url: str) -> None:
+    """The bucket as remote ``s3`` (committed), its keys in .dvc/config.local (never committed)."""
+    for args in (["add", "-f", "s3", f"s3://{S3_BUCKET}/smoke"], ["modify", "s3", "endpointurl", url],
+                 ["modify", "s3", "region", "us-east-1"],
+                 ["modify", "--local", "s3", "access_key_id", S3_KEYS["aws_access_key_id"]],
+                 ["modify", "--local", "s3", "secret_access_key", S3_KEYS["aws_secret_access_key"]]):
+        run(["dvc", "remote", *args], repo)
+
+
+def clone_with_s3(origin: Path, dest: Path, url: str) -> Path:
+    run(["git", "clone", "-q", str(origin), str(dest)], origin.parent)
+    use_s3_remote(dest, url)
+    return dest
+
+
+@pytest.mark.s3
+def test_artifacts_and_run_cache_round_trip_through_an_s3_remote(smoke: Path, s3_endpoint: str, tmp_path: Path):
+    run(["dvc", "repro"], smoke)  # DVC's lock and run-cache in step with the outputs
+    use_s3_remote(smoke, s3_endpoint)
+    git = ["git", "-c", "user.email=ci@taskgeom", "-c", "user.name=taskgeom"]
+    run(["git", "add", "-A"], smoke)
+    run([*git, "commit", "-qm", "results on the s3 remote", "--allow-empty"], smoke)
+    assert "access_key_id" not in run(["git", "show", "HEAD:.dvc/config"], smoke).stdout
+    timings = {}
+    start = time.monotonic()
+    run(["dvc", "push", "-r", "s3", "--run-cache"], smoke)
+    timings["push"] = time.monotonic() - start
+    outs = [o for s in dvc_stages(smoke).values() for o in s["outs"]]
+
+    clone = clone_with_s3(smoke, tmp_path / "clone", s3_endpoint)
+    start = time.monotonic()
+    run(["dvc", "pull", "-r", "s3"], clone)
+    timings["pull"] = time.monotonic() - start
+    for rel in outs:
+        assert (clone / rel).read_bytes() == (smoke / rel).read_bytes(), rel
+    assert json.loads(run(["dvc", "status", "--json"], clone).stdout) == {}
+
+    # A clone without the lock file knows its outputs only through the run-cache.
+    bare = clone_with_s3(smoke, tmp_path / "bare", s3_endpoint)
+    (bare / "dvc.lock").unlink()
+    run(["dvc", "config", "core.remote", "s3"], bare)
+    start = time.monotonic()
+    log = run(["dvc", "repro", "--pull"], bare).stdout
+    timings["repro --pull"] = time.monotonic() - start
+    assert "Running stage" not in log, log
+    assert log.count("skipping run, checking out outputs") == len(dvc_stages(smoke)), log
+    for rel in outs:
+        assert (bare / rel).read_bytes() == (smoke / rel).read_bytes(), rel
+    assert json.loads(run(["dvc", "status", "--json"], bare).stdout) == {}
+    print("\nS3 round trip: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
