@@ -1,1 +1,2 @@
-"""Models: the tiny zoo, its heads, and adapters for the paper's backbones."""
+"""Models: the probe-host interface, the tiny zoo (ViT, DPT, multi-view) and its training, the
+VAE bottleneck host, and adapters for the paper's backbones."""
