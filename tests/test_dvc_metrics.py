@@ -64,11 +64,12 @@ def test_a_stage_rejects_a_metric_that_is_not_an_output_and_a_shared_plot_direct
 
 
 def test_the_plot_series_are_the_ones_the_runners_write():
-    from taskgeom.stages import prune_cls, prune_dense, retrieval, spn, vae
+    from taskgeom.prune import protocol
+    from taskgeom.stages import retrieval, spn, vae
 
     schema = yaml.safe_load((REPO / "src/taskgeom/params.schema.yaml").read_text())
     assert registry.PRUNE_METHODS == tuple(schema["$defs"]["prune_methods"]["items"]["enum"])
-    assert registry.PRUNE_METHODS == prune_cls.METHODS == prune_dense.METHODS
+    assert registry.PRUNE_METHODS == protocol.METHODS
     assert registry.RETRIEVAL_VARIANTS == tuple(retrieval.VARIANTS)
     assert registry.VAE_TERMS == vae.TERMS and registry.SPN_SUPERVISION == spn.SUPERVISION
 

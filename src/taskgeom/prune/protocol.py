@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from taskgeom.artifacts.metrics import eta_key, nest, wide, write_metrics, write_plot
 from taskgeom.data.splits import read_world
 from taskgeom.evaluate.stats import summarize, wilcoxon_p
 from taskgeom.metric import checkpoint
@@ -101,3 +102,16 @@ def summary_rows(values: dict[str, np.ndarray], boot: dict, reference: str = "im
 def schedule_name(schedule: list[int]) -> str:
     """A dense pruning schedule by its number of stages, e.g. [2, 4] -> "2-stage"."""
     return f"{len(schedule)}-stage"
+
+
+METHODS = ("random", "tome_score", "evit", "tome", "importance")  # every method a pruning stage compares
+
+
+def write_degradation(outputs: dict[str, Path], metric: str, rows: list[dict], provenance: dict) -> None:
+    """The headline of one degradation ``metric`` over its base-setting ``rows`` (the mean over
+    seeds and images per method and η): the DVC metric ``<metric>.<method>.eta<100η>`` to
+    ``outputs["headline"]``, and the plot rows against η, a field per method, to
+    ``outputs["degradation_plot"]`` (either skipped when absent)."""
+    write_metrics(outputs.get("headline"),
+                  {metric: nest(rows, ("method", "ratio"), "mean", {"ratio": eta_key})}, provenance)
+    write_plot(outputs.get("degradation_plot"), wide(rows, "ratio", "mean", "method", METHODS), provenance)

@@ -16,7 +16,6 @@ import pandas as pd
 import torch
 import torch.nn.functional as F_
 
-from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
 from taskgeom.data.splits import to_input
@@ -33,9 +32,8 @@ from taskgeom.prune.protocol import (
     settings,
     summary_rows,
     world_batch,
+    write_degradation,
 )
-
-METHODS = ("random", "tome_score", "evit", "tome", "importance")  # the plot's series (registry.PRUNE_METHODS)
 
 
 def write_dvc_files(ctx: StageContext, rows: list[dict], domain: str, resolution: int) -> None:
@@ -43,11 +41,7 @@ def write_dvc_files(ctx: StageContext, rows: list[dict], domain: str, resolution
     images (a DVC metric, ``cls_degradation.<method>.eta<100η>``, and a DVC plot against η)."""
     base = [r for r in rows
             if r["metric"] == "cls_degradation" and (r["domain"], r["resolution"]) == (domain, resolution)]
-    dvc_files.write_metrics(ctx.outputs.get("headline"),
-                            {"cls_degradation": dvc_files.nest(base, ("method", "ratio"), "mean",
-                                                               {"ratio": dvc_files.eta_key})}, ctx.provenance())
-    dvc_files.write_plot(ctx.outputs.get("degradation_plot"), dvc_files.wide(base, "ratio", "mean", "method", METHODS),
-                         ctx.provenance())
+    write_degradation(ctx.outputs, "cls_degradation", base, ctx.provenance())
 
 
 def run(ctx: StageContext) -> None:

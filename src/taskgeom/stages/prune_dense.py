@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
 from taskgeom.data.splits import to_input, world_max_depth
@@ -33,12 +32,12 @@ from taskgeom.prune.protocol import (
     settings,
     summary_rows,
     world_batch,
+    write_degradation,
 )
 from taskgeom.prune.timm_blocks import block_with_stats, timm_block
 from taskgeom.prune.tome import tome_score
 
 EXAMPLES = 4  # test images of the Figure 2 maps
-METHODS = ("random", "tome_score", "evit", "tome", "importance")  # the plot's series (registry.PRUNE_METHODS)
 
 
 def figure_maps(ctx: StageContext, host, cfg: dict, learned, base, x: torch.Tensor, depth: np.ndarray) -> dict:
@@ -74,11 +73,7 @@ def write_dvc_files(ctx: StageContext, rows: list[dict], domain: str, resolution
     plot against η)."""
     base = [r for r in rows if r["metric"] == "add_silog" and r["llf"] and r["schedule"] == schedule
             and (r["domain"], r["resolution"]) == (domain, resolution)]
-    dvc_files.write_metrics(ctx.outputs.get("headline"),
-                            {"add_silog": dvc_files.nest(base, ("method", "ratio"), "mean",
-                                                         {"ratio": dvc_files.eta_key})}, ctx.provenance())
-    dvc_files.write_plot(ctx.outputs.get("degradation_plot"), dvc_files.wide(base, "ratio", "mean", "method", METHODS),
-                         ctx.provenance())
+    write_degradation(ctx.outputs, "add_silog", base, ctx.provenance())
 
 
 def run(ctx: StageContext) -> None:
