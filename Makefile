@@ -15,7 +15,7 @@ reproduce: venv
 	snakemake --cores $(CORES)
 
 test: venv lint
-	python -m pytest -q
+	python -m pytest -q --durations=20
 
 test-fast: venv lint
 	python -m pytest -q -m "not pipeline and not slurm"

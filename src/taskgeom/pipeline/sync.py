@@ -14,7 +14,8 @@ records (``.snakemake/metadata``: the parameters, inputs, input checksums and co
 that made each output) and from modification times. After ``dvc repro``, ``dvc checkout`` or
 ``dvc pull``, whenever dvc.lock differs from the one last followed, every stage instance that
 ``dvc status`` finds up to date gets what Snakemake would have recorded had it run the job, and
-its outputs are made newer than its inputs, stage by stage in the registry's order (which is
+its outputs (and its Snakemake benchmark file, which Snakemake dates the job by too) are made
+newer than its inputs, stage by stage in the registry's order (which is
 topological). Snakemake then reruns exactly what DVC would, and a later parameter edit still
 reruns its stages under Snakemake.
 
@@ -118,6 +119,9 @@ def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
         for output in outputs.values():
             after(root / output, newest)
             write_record(root, output, stage, value, params, input_files)
+        benchmark = root / stage.benchmark.replace(f"{{{stage.wildcard}}}", value or "")
+        if benchmark.is_file():  # Snakemake counts a job's benchmark among its outputs' times
+            after(benchmark, newest)
         followed.append(address)
     mark_followed(root)
     return followed
