@@ -56,6 +56,13 @@ def test_params_yaml_is_the_default_profile():
     (lambda p: p["retrieval"]["tiny-dpt"].update(head="cls-embed-l4"), "retrieval.tiny-dpt.head"),
     (lambda p: p["retrieval"]["tiny-dpt"].update(gallery=10000), "retrieval.tiny-dpt.gallery"),
     (lambda p: p["retrieval"]["tiny-dpt"].update(holdout=300), "retrieval.tiny-dpt.holdout"),
+    (lambda p: p.update(sources={"in": {"kind": "imagenet_val"}}), "sources.in"),
+    (lambda p: p.update(sources={"w": {"kind": "world", "split": "test", "labels": "x"}}), "sources.w"),
+    (lambda p: p.update(sources={"f": {"kind": "folder", "path": "x", "split": "test"}}), "sources.f"),
+    (lambda p: p.update(sources={"n": {"kind": "nyu_depth_v2", "path": "x", "split": "val"}}), "sources.n"),
+    (lambda p: p.update(sources={"s": {"kind": "imagenet_sketch", "path": "x", "subset": {"count": 0, "seed": 0}}}),
+     "sources.s.subset.count"),
+    (lambda p: p.update(sources={"Bad Name": {"kind": "folder", "path": "x"}}), "sources"),
 ])
 def test_invalid_values_are_rejected_naming_the_key(params: dict, mutate, named: str):
     bad = copy.deepcopy(params)
@@ -64,6 +71,18 @@ def test_invalid_values_are_rejected_naming_the_key(params: dict, mutate, named:
         config.validate(bad, "params.yaml")
     assert named in str(err.value)
     assert str(err.value).startswith("params.yaml:")
+
+
+def test_every_source_kind_validates(params: dict):
+    params["sources"] = {
+        "world-test": {"kind": "world", "split": "test", "domain": "sketch", "resolution": 96},
+        "imagenet-val": {"kind": "imagenet_val", "path": "/data/val", "labels": "/data/gt.txt", "meta": "/data/meta.mat",
+                         "subset": {"count": 2000, "seed": 0}},
+        "imagenet-sketch": {"kind": "imagenet_sketch", "path": "/data/sketch"},
+        "nyu": {"kind": "nyu_depth_v2", "path": "/data/nyu.mat", "splits": "/data/splits.mat", "split": "test"},
+        "mine": {"kind": "folder", "path": "~/photos"},
+    }
+    config.validate(params, "params.yaml")
 
 
 def test_load_names_the_file(tmp_path: Path):

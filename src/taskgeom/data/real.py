@@ -300,12 +300,16 @@ class NYUDepthV2Labeled(Dataset):
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+    def frame(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Item ``index`` at the file's size: RGB (H, W, 3) uint8 and depth (H, W) float32 metres."""
         if self._file is None:
             self._file = h5py.File(self.path, "r")
         n = int(self.indices[index])
         rgb = np.ascontiguousarray(self._file["images"][n].transpose(2, 1, 0))  # (3, W, H) -> (H, W, 3)
-        depth = self._file["depths"][n].T  # (W, H) -> (H, W)
+        return rgb, np.ascontiguousarray(self._file["depths"][n].T, dtype=np.float32)  # (W, H) -> (H, W)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        rgb, depth = self.frame(index)
         image = _to_tensor(_square_resize(Image.fromarray(rgb), self.resolution))
         depth = depth[self._rows[:, None], self._cols[None, :]].astype(np.float32)
         return {"image": image, "depth": torch.from_numpy(depth), "K": torch.from_numpy(self.K.copy())}

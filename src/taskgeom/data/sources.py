@@ -1,0 +1,299 @@
+"""Image sources: where a stage's images come from, named in params.yaml under ``sources``.
+
+A source is an index of items on disk, read one at a time (so nothing loads a whole split).
+Kinds and their keys:
+
+- ``world``: a split of the synthetic world (``split``: train / val / test / mv_train /
+  mv_test; ``domain``: rgb or sketch; ``resolution``: a rendered resolution, default the
+  split's base one; ``path``: default ``data/world/<split>.h5``). Labels, depth and, for the
+  multi-view splits, (V, H, W, 3) view groups.
+- ``imagenet_val``: ImageNet-val, either rearranged in class folders (``path``) or as
+  distributed (``path`` to the flat ``ILSVRC2012_val_*.JPEG`` files plus ``labels``, the
+  devkit's ground-truth file, and optionally ``meta``, its ``data/meta.mat``).
+- ``imagenet_sketch``: ImageNet-Sketch's class folders (labels by sorted folder name).
+- ``nyu_depth_v2``: NYU-Depth-V2's labeled ``.mat`` (``path``; ``splits``: its
+  ``splits.mat``, with ``split``: train or test), RGB and metric depth.
+- ``folder``: any folder of png/jpg images, searched recursively, without labels.
+
+``subset: {count, seed}`` keeps a deterministic subset: with labels, stratified (each class's
+items shuffled by the seed, then taken rank by rank over the classes), otherwise a seeded
+sample; items stay in their source order. Items: ``Item`` with the image at its native size.
+Errors name the source key (``sources.<name>...``) and the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import torch
+from PIL import Image
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from taskgeom.data.hdf5 import StoreError, open_store
+from taskgeom.data.real import (
+    IMAGE_EXTENSIONS,
+    ImageFolderClasses,
+    ImageNetValDevkit,
+    NYUDepthV2Labeled,
+    read_nyu_split,
+)
+
+KINDS = ("world", "imagenet_val", "imagenet_sketch", "nyu_depth_v2", "folder")
+WORLD_DIR = "data/world"
+
+
+class SourceError(ValueError):
+    """A source that cannot be opened or read; the message names its key and file."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One image of a source: ``image`` (H, W, 3) uint8 or (V, H, W, 3) for a view group,
+    ``label`` (-1 without labels), ``depth`` (H, W) / (V, H, W) float32 metres or None,
+    ``key`` where it came from (a file path or ``file[index]``)."""
+
+    image: np.ndarray
+    label: int
+    depth: np.ndarray | None
+    key: str
+
+
+def read_rgb(path: Path) -> np.ndarray:
+    """An image file as (H, W, 3) uint8 RGB (greyscale, palette and CMYK converted)."""
+    try:
+        with Image.open(path) as image:
+            return np.asarray(image.convert("RGB"), dtype=np.uint8)
+    except OSError as err:  # unreadable or truncated files
+        raise SourceError(f"{path}: expected a JPEG or PNG image, could not decode it ({err})") from err
+
+
+def stratified_subset(labels: np.ndarray, count: int, seed: int) -> np.ndarray:
+    """Sorted indices of ``count`` items: each label's items shuffled by ``seed``, then taken
+    rank by rank across labels (label order shuffled too), so classes stay balanced."""
+    rng = np.random.default_rng(seed)
+    classes = rng.permutation(np.unique(labels))
+    ranked = [(rank, position, index) for position, c in enumerate(classes)
+              for rank, index in enumerate(rng.permutation(np.flatnonzero(labels == c)))]
+    return np.sort(np.array([index for _, _, index in sorted(ranked)[:count]], dtype=np.int64))
+
+
+class Source(Dataset):
+    """A named source's selected items. ``keys``, ``labels`` index them; ``read(i)`` loads one."""
+
+    def __init__(self, name: str, spec: Mapping[str, Any], keys: list[str], labels: np.ndarray,
+                 read: Callable[[int], Item], classes: list[str] | None = None) -> None:
+        self.name, self.spec, self.classes = name, dict(spec), classes
+        self._keys, self._labels, self._read = keys, labels, read
+        self.indices = np.arange(len(keys))
+        subset = spec.get("subset")
+        if subset:
+            count = int(subset["count"])
+            if count > len(keys):
+                raise SourceError(f"sources.{name}.subset.count: {count} requested, the source holds {len(keys)} "
+                                  f"({spec.get('path', spec.get('split'))})")
+            has_labels = bool((labels >= 0).any())
+            rng = np.random.default_rng(int(subset["seed"]))
+            self.indices = (stratified_subset(labels, count, int(subset["seed"])) if has_labels
+                            else np.sort(rng.choice(len(keys), count, replace=False)))
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, index: int) -> Item:
+        return self._read(int(self.indices[index]))
+
+    @property
+    def keys(self) -> list[str]:
+        return [self._keys[i] for i in self.indices]
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self._labels[self.indices]
+
+    def check(self) -> None:
+        """Decode every selected item once (a corrupt file fails here, naming itself)."""
+        for i in range(len(self)):
+            self[i]
+
+    def describe(self) -> dict[str, Any]:
+        """For provenance: the spec, the count and a digest of the selected keys."""
+        digest = hashlib.sha256("\n".join(self.keys).encode()).hexdigest()
+        return {"name": self.name, **self.spec, "items": len(self), "keys_sha256": digest}
+
+
+# --------------------------------------------------------------------------- the kinds
+
+
+def _need_path(name: str, spec: Mapping[str, Any], key: str = "path", directory: bool | None = None) -> Path:
+    value = spec.get(key)
+    if not value:
+        raise SourceError(f"sources.{name}.{key}: a {spec['kind']} source needs it (null or missing)")
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise SourceError(f"sources.{name}.{key}: {path} does not exist")
+    if directory is not None and path.is_dir() != directory:
+        raise SourceError(f"sources.{name}.{key}: {path} should be a {'directory' if directory else 'file'}")
+    return path
+
+
+def _world(name: str, spec: Mapping[str, Any]) -> Source:
+    path = Path(spec.get("path") or f"{WORLD_DIR}/{spec['split']}.h5")
+    domain = spec.get("domain", "rgb")
+    try:
+        with open_store(path, "world") as f:
+            res = int(spec.get("resolution") or f.attrs["base_resolution"])
+            if f"r{res}/{domain}" not in f:
+                raise SourceError(f"sources.{name}: {path} has no {domain} renders at {res} px")
+            labels, n = f["label"][:].astype(np.int64), int(f.attrs["num_items"])
+    except StoreError as err:
+        raise SourceError(f"sources.{name}: {err}") from None
+    files: dict[str, h5py.File] = {}
+
+    def read(i: int) -> Item:
+        f = files.get("f") or files.setdefault("f", h5py.File(path, "r"))  # one handle per worker
+        return Item(f[f"r{res}/{domain}"][i], int(labels[i]), f[f"r{res}/depth"][i], f"{path}[{i}]")
+
+    return Source(name, spec, [f"{path}[{i}]" for i in range(n)], labels, read, None)
+
+
+def _class_folders(name: str, spec: Mapping[str, Any]) -> Source:
+    root = _need_path(name, spec, directory=True)
+    try:
+        dataset = ImageFolderClasses(root, resolution=1)
+    except FileNotFoundError as err:
+        raise SourceError(f"sources.{name}.path: {err}") from None
+    paths = [p for p, _ in dataset.samples]
+    labels = np.array([label for _, label in dataset.samples], dtype=np.int64)
+    order = np.argsort([str(p) for p in paths], kind="stable")  # file order, not interleaved
+    paths, labels = [paths[i] for i in order], labels[order]
+    return Source(name, spec, [str(p) for p in paths], labels,
+                  lambda i: Item(read_rgb(paths[i]), int(labels[i]), None, str(paths[i])), dataset.classes)
+
+
+def _imagenet_val(name: str, spec: Mapping[str, Any]) -> Source:
+    if not spec.get("labels"):
+        return _class_folders(name, spec)
+    root, labels_file = _need_path(name, spec, directory=True), _need_path(name, spec, "labels", directory=False)
+    meta = _need_path(name, spec, "meta", directory=False) if spec.get("meta") else None
+    try:
+        dataset = ImageNetValDevkit(root, labels_file, resolution=1, meta_file=meta)
+    except (FileNotFoundError, ValueError) as err:
+        raise SourceError(f"sources.{name}: {err}") from None
+    paths = [p for p, _ in dataset.samples]
+    labels = np.array([label for _, label in dataset.samples], dtype=np.int64)
+    return Source(name, spec, [str(p) for p in paths], labels,
+                  lambda i: Item(read_rgb(paths[i]), int(labels[i]), None, str(paths[i])), dataset.classes)
+
+
+def _nyu(name: str, spec: Mapping[str, Any]) -> Source:
+    mat = _need_path(name, spec, directory=False)
+    try:
+        indices = (read_nyu_split(_need_path(name, spec, "splits", directory=False), spec.get("split", "test"))
+                   if spec.get("splits") else None)
+        dataset = NYUDepthV2Labeled(mat, resolution=1, split_indices=indices)
+    except (FileNotFoundError, ValueError) as err:
+        raise SourceError(f"sources.{name}: {err}") from None
+
+    def read(i: int) -> Item:
+        rgb, depth = dataset.frame(i)
+        return Item(rgb, -1, depth, f"{mat}[{int(dataset.indices[i])}]")
+
+    keys = [f"{mat}[{int(n)}]" for n in dataset.indices]
+    return Source(name, spec, keys, np.full(len(keys), -1, np.int64), read, None)
+
+
+def _folder(name: str, spec: Mapping[str, Any]) -> Source:
+    root = _need_path(name, spec, directory=True)
+    paths = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
+    if not paths:
+        raise SourceError(f"sources.{name}.path: {root} holds no {'/'.join(IMAGE_EXTENSIONS)} images")
+    return Source(name, spec, [str(p) for p in paths], np.full(len(paths), -1, np.int64),
+                  lambda i: Item(read_rgb(paths[i]), -1, None, str(paths[i])), None)
+
+
+OPENERS: dict[str, Callable[[str, Mapping[str, Any]], Source]] = {
+    "world": _world, "imagenet_val": _imagenet_val, "imagenet_sketch": _class_folders, "nyu_depth_v2": _nyu,
+    "folder": _folder,
+}
+
+
+def open_source(name: str, sources: Mapping[str, Mapping[str, Any]] | None) -> Source:
+    """The source ``name`` of params.yaml's ``sources`` mapping, indexed and subset (not yet read)."""
+    sources = sources or {}
+    if name not in sources:
+        raise SourceError(f"sources.{name}: not defined in params.yaml (defined: {sorted(sources) or 'none'})")
+    spec = sources[name]
+    if spec.get("kind") not in OPENERS:
+        raise SourceError(f"sources.{name}.kind: {spec.get('kind')!r}, expected one of {list(KINDS)}")
+    source = OPENERS[spec["kind"]](name, spec)
+    if len(source) == 0:
+        raise SourceError(f"sources.{name}: no items ({spec.get('path', spec.get('split'))})")
+    return source
+
+
+# --------------------------------------------------------------------------- batches for a host
+
+
+@dataclass
+class Batch:
+    """Preprocessed items: ``x`` (B, 3, S, S) or (B, V, 3, S, S), ``labels`` (B,), ``depth``
+    (B, S, S) / (B, V, S, S) or None, ``keys`` their origins."""
+
+    x: Tensor
+    labels: Tensor
+    depth: Tensor | None
+    keys: list[str]
+
+
+class _Prepared(Dataset):
+    """A source's items through a host's image (and depth) transform."""
+
+    def __init__(self, source: Source, image: Callable[[np.ndarray], Tensor],
+                 depth: Callable[[np.ndarray], Tensor] | None) -> None:
+        self.source, self.image, self.depth = source, image, depth
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def _each(self, fn: Callable[[np.ndarray], Tensor], array: np.ndarray, views: bool) -> Tensor:
+        return torch.stack([fn(a) for a in array]) if views else fn(array)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        item = self.source[index]
+        views = item.image.ndim == 4
+        out = {"x": self._each(self.image, item.image, views), "label": item.label, "key": item.key}
+        if self.depth is not None:
+            if item.depth is None:
+                raise SourceError(f"sources.{self.source.name}: {item.key} has no depth (a dense task needs it)")
+            out["depth"] = self._each(self.depth, item.depth, views)
+        return out
+
+
+def batches(source: Source, image: Callable[[np.ndarray], Tensor], batch_size: int,
+            depth: Callable[[np.ndarray], Tensor] | None = None, workers: int = 0) -> Iterator[Batch]:
+    """The source's items in order, preprocessed, ``batch_size`` at a time (``workers`` reader processes)."""
+    loader = DataLoader(_Prepared(source, image, depth), batch_size=batch_size, shuffle=False, num_workers=workers)
+    for b in loader:
+        yield Batch(b["x"], b["label"], b.get("depth"), list(b["key"]))
+
+
+class InputDigest:
+    """sha256 over the float32 bytes of every preprocessed input, in order: what a stage saw."""
+
+    def __init__(self) -> None:
+        self._hash, self.items = hashlib.sha256(), 0
+
+    def update(self, x: Tensor) -> Tensor:
+        self._hash.update(x.detach().to(torch.float32).contiguous().numpy().tobytes())
+        self.items += len(x)
+        return x
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()

@@ -1,0 +1,138 @@
+"""Each host's own input pipeline: resize, centre crop and normalise, as its reference does.
+
+``Preprocess`` maps an image (H, W, 3) uint8 at any size to the host's input (3, S, S) and,
+for dense tasks, a depth map (H, W) to (S, S) with the same geometry (nearest neighbour, so
+no depth is invented across edges). Modes:
+
+- ``timm``: timm's evaluation transform from the model's data config with its input size set
+  to the host's ``img_size``: shorter side to floor(S / crop_pct) (aspect kept, torchvision's
+  rounding), centre crop S × S, ToTensor, Normalize(mean, std); interpolation as configured.
+- ``lower_bound``: Depth-Anything(-V2)'s reference resize, also its Hugging Face processor's
+  settings (S = 518, keep aspect, sides multiples of 14, bicubic, ImageNet mean / std): the
+  scale that brings both sides to at least S, each side rounded to the nearest multiple of
+  ``multiple`` (up if that falls below S); then a centre crop S × S so that images batch (the
+  processor would keep the whole frame; for inputs smaller than S its "scale as little as
+  possible" rule could leave a side below S, which no square crop can take). VGGT uses it
+  with mean 0, std 1 (the model normalises internally).
+- ``world``: the zoo's own: (x / 255 − 0.5) / 0.25 on the central square, resized by bilinear
+  interpolation of the tensor only when its side differs from S (the world renders at S).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F_
+import torchvision.transforms.functional as TF
+from PIL import Image
+from torch import Tensor
+from torchvision.transforms import InterpolationMode
+
+from taskgeom.data.real import center_square
+from taskgeom.data.splits import MEAN as WORLD_MEAN
+from taskgeom.data.splits import STD as WORLD_STD
+
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """One host's resize / crop / normalisation (see the module docstring for the modes)."""
+
+    mode: str
+    size: int
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    interpolation: str = "bicubic"
+    crop_pct: float = 1.0
+    multiple: int = 1
+
+    def resized_shape(self, height: int, width: int) -> tuple[int, int]:
+        """(h, w) after the resize step, before the centre crop."""
+        if self.mode == "timm":
+            short = math.floor(self.size / self.crop_pct)
+            long = int(short * max(height, width) / min(height, width))  # torchvision's Resize(int)
+            return (short, long) if height <= width else (long, short)
+        if self.mode == "lower_bound":
+            scale = max(self.size / height, self.size / width)
+            return self._multiple(scale * height), self._multiple(scale * width)
+        return self.size, self.size
+
+    def _multiple(self, value: float) -> int:
+        rounded = round(value / self.multiple) * self.multiple
+        return rounded if rounded >= self.size else math.ceil(value / self.multiple) * self.multiple
+
+    def image(self, rgb: np.ndarray) -> Tensor:
+        """(H, W, 3) uint8 -> (3, S, S) float32 input."""
+        if self.mode == "world":
+            return self._world(rgb)
+        resize = (math.floor(self.size / self.crop_pct) if self.mode == "timm"  # shorter side, as timm's Resize
+                  else list(self.resized_shape(*rgb.shape[:2])))
+        pil = TF.resize(Image.fromarray(rgb), resize, interpolation=InterpolationMode(self.interpolation))
+        x = TF.pil_to_tensor(TF.center_crop(pil, [self.size, self.size])).float() / 255.0
+        return TF.normalize(x, list(self.mean), list(self.std))
+
+    def _world(self, rgb: np.ndarray) -> Tensor:
+        top, left, side = center_square(*rgb.shape[:2])
+        x = torch.from_numpy(np.array(rgb[top:top + side, left:left + side])).movedim(-1, -3).float()
+        x = (x / 255.0 - self.mean[0]) / self.std[0]
+        if side != self.size:
+            x = F_.interpolate(x[None], size=(self.size, self.size), mode="bilinear", align_corners=False)[0]
+        return x
+
+    def depth(self, depth: np.ndarray) -> Tensor:
+        """(H, W) float metres -> (S, S): the image's geometry, nearest neighbour."""
+        height, width = depth.shape
+        if self.mode == "world":
+            top, left, side = center_square(height, width)
+            rows = top + np.floor((np.arange(self.size) + 0.5) * side / self.size).astype(np.int64)
+            cols = left + np.floor((np.arange(self.size) + 0.5) * side / self.size).astype(np.int64)
+        else:
+            h, w = self.resized_shape(height, width)
+            top, left = int(round((h - self.size) / 2.0)), int(round((w - self.size) / 2.0))  # center_crop's offsets
+            rows = np.floor((top + np.arange(self.size) + 0.5) * height / h).astype(np.int64)
+            cols = np.floor((left + np.arange(self.size) + 0.5) * width / w).astype(np.int64)
+        return torch.from_numpy(np.ascontiguousarray(depth[rows[:, None], cols[None, :]], dtype=np.float32))
+
+    def describe(self) -> dict:
+        return asdict(self)
+
+
+def world(size: int) -> Preprocess:
+    """The zoo's preprocessing at input side ``size``."""
+    return Preprocess("world", size, (WORLD_MEAN,) * 3, (WORLD_STD,) * 3, interpolation="bilinear")
+
+
+def timm_preprocess(model: torch.nn.Module, size: int) -> Preprocess:
+    """timm's data config of ``model`` (its pretrained tag's mean, std, crop, interpolation) at ``size``."""
+    from timm.data import resolve_data_config
+
+    cfg = resolve_data_config({"input_size": (3, size, size)}, model=model)
+    if cfg.get("crop_mode", "center") != "center":
+        raise ValueError(f"timm data config with crop_mode {cfg['crop_mode']!r}: only 'center' is implemented")
+    return Preprocess("timm", size, tuple(cfg["mean"]), tuple(cfg["std"]), cfg["interpolation"],
+                      float(cfg["crop_pct"]))
+
+
+def depth_anything(size: int) -> Preprocess:
+    """Depth-Anything-V2's: lower-bound resize to ``size`` in multiples of 14, bicubic, ImageNet mean / std."""
+    return Preprocess("lower_bound", size, IMAGENET_MEAN, IMAGENET_STD, "bicubic", multiple=14)
+
+
+def vggt(size: int) -> Preprocess:
+    """VGGT's: as Depth-Anything's geometry, values in [0, 1] (the aggregator normalises)."""
+    return Preprocess("lower_bound", size, (0.0,) * 3, (1.0,) * 3, "bicubic", multiple=14)
+
+
+def for_host(host: torch.nn.Module, entry: dict) -> Preprocess:
+    """The preprocessing of a zoo entry's host: a tiny zoo model's or a paper model's adapter's."""
+    size = int(entry["img_size"])
+    if entry.get("kind") != "pretrained":
+        return world(size)
+    adapter = entry["adapter"]
+    if adapter in ("dinov2-b14", "clip-b16"):
+        return timm_preprocess(host.vit, size)
+    return {"depth-anything-v2": depth_anything, "vggt": vggt}[adapter](size)

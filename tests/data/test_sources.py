@@ -1,0 +1,136 @@
+"""Image sources: what a stage reads is exactly the named files' pixels, subsets are seeded and
+stratified, and every bad input is refused naming its key and file."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from taskgeom.data.hdf5 import KIND_ATTR, new_file
+from taskgeom.data.sources import InputDigest, SourceError, batches, open_source, stratified_subset
+from taskgeom.data.splits import read_world, to_input
+from taskgeom.data.world import render_split
+from taskgeom.models.preprocess import world
+
+
+def _pixels(seed: int, height: int, width: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """PNGs (lossless, so the known pixels are what is read) in two class folders, one nested deeper."""
+    root, known = tmp_path / "images", {}
+    for k, (cls, size) in enumerate([("b", (20, 30)), ("a", (33, 17)), ("a", (16, 16)), ("b", (40, 24))]):
+        path = root / cls / ("deep" if k == 3 else "") / f"{k}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        known[str(path)] = _pixels(k, *size)
+        Image.fromarray(known[str(path)]).save(path)
+    return root, known
+
+
+def test_a_folder_source_yields_exactly_its_pixels_through_the_hosts_preprocessing(folder):
+    root, known = folder
+    source = open_source("mine", {"mine": {"kind": "folder", "path": str(root)}})
+    assert source.keys == sorted(known) and (source.labels == -1).all()
+    prep, digest, expected = world(16), InputDigest(), hashlib.sha256()
+    seen = []
+    for batch in batches(source, prep.image, batch_size=3):
+        seen += batch.keys
+        digest.update(batch.x)
+    for key in sorted(known):
+        expected.update(prep.image(known[key]).numpy().tobytes())
+    assert seen == sorted(known) and digest.items == 4 and digest.hexdigest() == expected.hexdigest()
+    square = next(k for k in known if known[k].shape == (16, 16, 3))  # at the input size: only normalised
+    assert torch.equal(prep.image(known[square]), (torch.tensor(known[square]).permute(2, 0, 1) / 255 - 0.5) / 0.25)
+
+
+def test_class_folders_label_by_sorted_folder_and_subsets_are_seeded_and_stratified(folder, tmp_path):
+    root, _ = folder
+    spec = {"kind": "imagenet_sketch", "path": str(root)}
+    full = open_source("s", {"s": spec})
+    assert full.classes == ["a", "b"] and sorted(full.labels.tolist()) == [0, 0, 1]  # class folders are flat
+    two = open_source("s", {"s": {**spec, "subset": {"count": 2, "seed": 3}}})
+    assert sorted(two.labels.tolist()) == [0, 1]  # one per class
+    again = open_source("s", {"s": {**spec, "subset": {"count": 2, "seed": 3}}})
+    assert two.keys == again.keys and two.describe()["keys_sha256"] == again.describe()["keys_sha256"]
+    labels = np.repeat(np.arange(5), [10, 3, 7, 1, 9])
+    picked = stratified_subset(labels, 10, seed=0)
+    assert len(set(picked.tolist())) == 10 and np.bincount(labels[picked], minlength=5).min() >= 1
+    assert not np.array_equal(picked, stratified_subset(labels, 10, seed=1))
+
+
+def _world_file(path: Path, n: int = 5, resolution: int = 32, views: int = 1) -> Path:
+    arrays = render_split(n, seed=1, resolution=resolution, views=views)
+    take = (lambda a: a) if views > 1 else (lambda a: a[:, 0])
+    names = ("rgb", "sketch", "depth")
+    layout = {f"r{resolution}/{k}": (take(arrays[k]).shape[1:], take(arrays[k]).dtype) for k in names}
+    attrs = {KIND_ATTR: "world", "base_resolution": resolution, "num_items": n}
+    with new_file(path, attrs, layout | {"label": ((), "int64")}, n) as f:
+        for k in names:
+            f[f"r{resolution}/{k}"][:] = take(arrays[k])
+        f["label"][:] = arrays["label"]
+    return path
+
+
+def test_a_world_source_reproduces_the_worlds_inputs(tmp_path):
+    path = _world_file(tmp_path / "test.h5")
+    source = open_source("w", {"w": {"kind": "world", "split": "test", "path": str(path), "domain": "sketch"}})
+    (batch,) = list(batches(source, world(32).image, batch_size=8, depth=world(32).depth))
+    truth = read_world(path, keys=("sketch", "depth", "label"))
+    assert torch.equal(batch.x, to_input(truth["sketch"])) and torch.equal(batch.depth, torch.as_tensor(truth["depth"]))
+    assert batch.labels.tolist() == truth["label"].tolist()
+    views = open_source("v", {"v": {"kind": "world", "split": "mv_test", "path": str(_world_file(
+        tmp_path / "mv.h5", n=2, views=3))}})
+    assert next(batches(views, world(32).image, batch_size=2)).x.shape == (2, 3, 3, 32, 32)
+
+
+def _nyu(path: Path, with_depths: bool = True) -> Path:
+    with h5py.File(path, "w", userblock_size=512) as f:
+        f["images"] = np.random.default_rng(0).integers(0, 256, (3, 3, 40, 30), dtype=np.uint8)
+        if with_depths:
+            f["depths"] = np.full((3, 40, 30), 2.5, np.float32)
+    return path
+
+
+def test_nyu_items_carry_depth_and_dense_batches_need_it(tmp_path, folder):
+    source = open_source("n", {"n": {"kind": "nyu_depth_v2", "path": str(_nyu(tmp_path / "nyu.mat"))}})
+    item = source[1]
+    assert item.image.shape == (30, 40, 3) and item.depth.shape == (30, 40) and item.key.endswith("nyu.mat[1]")
+    images = open_source("f", {"f": {"kind": "folder", "path": str(folder[0])}})
+    with pytest.raises(SourceError, match=r"sources\.f: .*\d\.png has no depth"):
+        next(batches(images, world(16).image, batch_size=2, depth=world(16).depth))
+
+
+def test_bad_sources_are_refused_naming_the_key_and_file(tmp_path, folder):
+    root, known = folder
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    corrupt = tmp_path / "corrupt" / "x"
+    corrupt.mkdir(parents=True)
+    (corrupt / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg at all")
+    cases = [
+        ("x", {"kind": "folder", "path": str(tmp_path / "missing")}, r"sources\.x\.path: .*missing does not exist"),
+        ("x", {"kind": "folder", "path": str(empty)}, r"sources\.x\.path: .*empty holds no"),
+        ("x", {"kind": "imagenet_val", "path": str(empty)}, r"sources\.x\.path: .*empty: expected class folders"),
+        ("x", {"kind": "nyu_depth_v2", "path": str(_nyu(tmp_path / "d.mat", with_depths=False))},
+         r"sources\.x: .*d\.mat: expected dataset 'depths'"),
+        ("x", {"kind": "folder", "path": str(root), "subset": {"count": 9, "seed": 0}},
+         r"sources\.x\.subset\.count: 9 requested, the source holds 4"),
+        ("x", {"kind": "world", "split": "test", "path": str(tmp_path / "none.h5")},
+         r"sources\.x: .*none\.h5: no such"),
+    ]
+    for name, spec, message in cases:
+        with pytest.raises(SourceError, match=message):
+            open_source(name, {name: spec})
+    with pytest.raises(SourceError, match=r"sources\.nope: not defined in params\.yaml \(defined: \['x'\]\)"):
+        open_source("nope", {"x": {"kind": "folder", "path": str(root)}})
+    source = open_source("c", {"c": {"kind": "folder", "path": str(corrupt.parent)}})
+    with pytest.raises(SourceError, match=r"broken\.jpg: expected a JPEG or PNG image"):
+        source.check()
