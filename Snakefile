@@ -37,6 +37,7 @@ wildcard_constraints:
     cls="[a-z0-9][a-z0-9-]*",
     dense="[a-z0-9][a-z0-9-]*",
     retrieval="[a-z0-9][a-z0-9-]*",
+    source="[a-z0-9][a-z0-9_-]*",
 
 
 rule all:

@@ -1,2 +1,2 @@
-# Data: render the synthetic world (or index the real data sets).
-stage_rules("fetch")
+# Data: render the synthetic world; index and check each image source.
+stage_rules("fetch", "sources")

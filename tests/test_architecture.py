@@ -18,7 +18,7 @@ from taskgeom.pipeline.codedeps import direct_imports, module_file
 from taskgeom.pipeline.registry import STAGES
 
 SRC = REPO / "src"
-LIBRARY = ("linalg", "diagnostics", "probes", "models", "data", "metric", "prune", "retrieval", "evaluate",
+LIBRARY = ("linalg", "diagnostics", "probes", "models", "data", "metric", "prune", "retrieval", "evaluate", "fixtures",
            "artifacts")
 UPPER = ("taskgeom.pipeline", "taskgeom.stages")
 MAX_FILE_LINES = 400

@@ -74,10 +74,10 @@ def test_invalid_values_are_rejected_naming_the_key(params: dict, mutate, named:
 
 
 def test_every_source_kind_validates(params: dict):
-    params["sources"] = {
+    params["sources"] |= {
         "world-test": {"kind": "world", "split": "test", "domain": "sketch", "resolution": 96},
-        "imagenet-val": {"kind": "imagenet_val", "path": "/data/val", "labels": "/data/gt.txt", "meta": "/data/meta.mat",
-                         "subset": {"count": 2000, "seed": 0}},
+        "imagenet-val": {"kind": "imagenet_val", "path": "/data/val", "labels": "/data/gt.txt",
+                         "meta": "/data/meta.mat", "subset": {"count": 2000, "seed": 0}},
         "imagenet-sketch": {"kind": "imagenet_sketch", "path": "/data/sketch"},
         "nyu": {"kind": "nyu_depth_v2", "path": "/data/nyu.mat", "splits": "/data/splits.mat", "split": "test"},
         "mine": {"kind": "folder", "path": "~/photos"},

@@ -74,6 +74,7 @@ def test_dvc_repro_reproduces_snakemake_byte_for_byte_and_is_clean(smoke: Path):
 
 SMOKE = yaml.safe_load((Path(__file__).parents[1] / "params/smoke.yaml").read_text())
 PROBES = [f"diagnose@{name}" for name in SMOKE["diagnose"]["probes"]]
+MV_PROBES = {f"diagnose@{name}" for name, p in SMOKE["diagnose"]["probes"].items() if p["source"] == "world-mv-test"}
 TARGETS = {f"targets@{name}" for name in SMOKE["learn"]["probes"]}
 HEADS = {f"head@{name}" for name in SMOKE["learn"]["heads"]}
 SPNS = {f"spn@{name}" for name in SMOKE["learn"]["spn"]}
@@ -83,7 +84,8 @@ PRUNE_SPEED = {f"prune-speed@{name}" for name in SMOKE["prune"]["dense"]}
 RETRIEVAL = {f"retrieval@{name}" for name in SMOKE["retrieval"]}
 PERTURB = {  # one change under each params key a stage declares, and the stages that read it
     "world": (lambda p: p["world"].update(seed=p["world"]["seed"] + 1), {"fetch"}),
-    "real": (lambda p: p["real"].update(imagenet_val="/nonexistent"), {"fetch"}),
+    "sources.world-mv-test": (lambda p: p["sources"]["world-mv-test"].update(domain="sketch"),
+                              {"sources@world-mv-test", *MV_PROBES}),
     "zoo.tiny-cls": (lambda p: p["zoo"]["tiny-cls"].update(lr=p["zoo"]["tiny-cls"]["lr"] * 2), {"zoo@tiny-cls"}),
     "zoo.tiny-mv": (lambda p: p["zoo"]["tiny-mv"].update(steps=p["zoo"]["tiny-mv"]["steps"] + 1), {"zoo@tiny-mv"}),
     "zoo.models": (lambda p: p["zoo"]["models"].reverse(), {"zoo-table"}),

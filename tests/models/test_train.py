@@ -35,8 +35,7 @@ def world(tmp_path_factory) -> dict[str, Path]:
     outputs = {k: root / Path(v).name for k, v in WORLD_FILES.items()}
     outputs |= {"summary_csv": root / "summary.csv", "summary_md": root / "summary.md",
                 "figure_png": root / "world_samples.png", "figure_pdf": root / "world_samples.pdf"}
-    real = {"imagenet_val": None, "imagenet_sketch": None, "nyu_depth_v2": None}
-    fetch.run(StageContext("fetch", {}, outputs, {"world": WORLD, "real": real}))
+    fetch.run(StageContext("fetch", {}, outputs, {"world": WORLD}))
     return outputs
 
 

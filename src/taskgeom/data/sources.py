@@ -23,7 +23,9 @@ Errors name the source key (``sources.<name>...``) and the file.
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +110,12 @@ class Source(Dataset):
 
     def __getitem__(self, index: int) -> Item:
         return self._read(int(self.indices[index]))
+
+    def first(self, count: int) -> Source:
+        """The first ``count`` selected items, as a source of their own."""
+        head = copy.copy(self)
+        head.indices = self.indices[:count]
+        return head
 
     @property
     def keys(self) -> list[str]:
@@ -235,6 +243,16 @@ def open_source(name: str, sources: Mapping[str, Mapping[str, Any]] | None) -> S
     source = OPENERS[spec["kind"]](name, spec)
     if len(source) == 0:
         raise SourceError(f"sources.{name}: no items ({spec.get('path', spec.get('split'))})")
+    return source
+
+
+def open_indexed(index: str | Path, sources: Mapping[str, Mapping[str, Any]] | None) -> Source:
+    """The source that the ``sources`` stage indexed into ``index``, opened from ``sources``;
+    refused if its selection differs from the index's (params changed since: rerun that stage)."""
+    recorded = json.loads(Path(index).read_text())
+    source = open_source(recorded["name"], sources)
+    if source.describe()["keys_sha256"] != recorded["keys_sha256"]:
+        raise SourceError(f"sources.{recorded['name']}: its items differ from {index}'s; rerun the sources stage")
     return source
 
 

@@ -129,6 +129,8 @@ def vggt(size: int) -> Preprocess:
 
 def for_host(host: torch.nn.Module, entry: dict) -> Preprocess:
     """The preprocessing of a zoo entry's host: a tiny zoo model's or a paper model's adapter's."""
+    if entry.get("kind") == "latent":  # a VAE before one decoder of a zoo model: the base's input
+        return for_host(host, entry["base"])
     size = int(entry["img_size"])
     if entry.get("kind") != "pretrained":
         return world(size)

@@ -56,7 +56,7 @@ def run_stage(stage: Stage, args: argparse.Namespace) -> int:
     inputs, outputs = resolve(stage, params, value)
     if missing := missing_inputs(inputs):
         raise FileNotFoundError(f"stage {stage.name}: missing input(s): {', '.join(missing)}")
-    keys = tuple(fill(k, stage, value) for k in stage.params)
+    keys = tuple(fill(k, stage, value, params) for k in stage.params)
     device = resolve_device(params["device"]) if "device" in keys else "cpu"
     ctx = StageContext(stage.name, inputs, outputs, config.select(params, keys), value, device, log)
     start = time.perf_counter()
@@ -111,6 +111,19 @@ def provenance_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def fixtures_command(args: argparse.Namespace) -> int:
+    """Write a fixture set (paper-mini: the paper's data sets and models in miniature, real formats)."""
+    from taskgeom.fixtures.paper_mini import MANIFEST, write_paper_mini
+
+    try:
+        manifest = write_paper_mini(Path(args.dir))
+    except FileExistsError as exc:
+        print(f"taskgeom: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(manifest['files'])} files under {args.dir}; see {Path(args.dir) / MANIFEST}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="taskgeom",
@@ -143,6 +156,13 @@ def parser() -> argparse.ArgumentParser:
                                            "parameters and machine.")
     pv.add_argument("files", nargs="+", metavar="FILE")
     pv.set_defaults(func=provenance_command)
+    fx = sub.add_parser("fixtures", help="Write small fixture files in the real formats of the paper's data "
+                                         "sets and models (no downloads).")
+    fxsub = fx.add_subparsers(dest="set", required=True)
+    mini = fxsub.add_parser("paper-mini", help="ImageNet-val/-Sketch folders, NYU-Depth-V2 .mat files and "
+                                               "random-weight mini checkpoints, with a MANIFEST.json.")
+    mini.add_argument("dir", metavar="DIR", help="a new or empty directory, or an earlier paper-mini output")
+    fx.set_defaults(func=fixtures_command)
     return p
 
 

@@ -73,6 +73,9 @@ def cross_checks(params: dict) -> list[str]:
             problems.append(f"{key}.layers: {probe['layers']} must be below depth {cfg['depth']}")
         if probe.get("output_metric") == "so3" and probe["decoder"] != "camera":
             problems.append(f"{key}.output_metric: so3 applies to the camera decoder only")
+        if probe["source"] not in params["sources"]:
+            problems.append(f"{key}.source: {probe['source']!r} is not defined under sources "
+                            f"(defined: {sorted(params['sources'])})")
     problems += learn_checks(params) + prune_checks(params) + retrieval_checks(params)
     world = params["world"]
     for key in ("num_objects", "fov_deg"):

@@ -99,7 +99,7 @@ def snakemake_rule(name: str, params: dict) -> SnakemakeRule:
 
     def values(wildcards) -> str:
         value = getattr(wildcards, s.wildcard) if s.wildcard else None
-        resolved = [k.replace(f"{{{s.wildcard}}}", value) if value else k for k in keys]
+        resolved = [fill(k, s, value, params) for k in keys]
         return json.dumps(config.select(params, resolved), sort_keys=True)
 
     resources = {"mem_mb": s.mem_mb, "runtime": s.runtime}

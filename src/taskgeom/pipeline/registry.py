@@ -32,6 +32,8 @@ WORLD_FILES = {
     "mv_test": "data/world/mv_test.h5",
 }
 
+SOURCE_INDEX = "data/sources/{source}.json"  # stages/sources.py; an image-reading stage depends on its sources'
+
 TARGET_SPLITS = ("train", "val", "test")
 DIAGNOSTIC_TABLES = ("table1", "power_iterations", "output_metric", "accuracy")
 METRIC_TABLES = ("importance", "head_ablations", "table13", "vae")
@@ -74,7 +76,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="fetch",
-        help="Render the synthetic RGB-D world (or index the real data sets) into HDF5, with a summary and a figure.",
+        help="Render the synthetic RGB-D world into HDF5, with a summary and a figure.",
         deps={"params_ok": PARAMS_OK},
         outs={
             **WORLD_FILES,
@@ -83,8 +85,19 @@ STAGES: tuple[Stage, ...] = (
             "figure_png": "results/figures/world_samples.png",
             "figure_pdf": "results/figures/world_samples.pdf",
         },
-        params=("world", "real"),
+        params=("world",),
         mem_mb=4000,
+        runtime=30,
+    ),
+    Stage(
+        name="sources",
+        help="Index and check one image source (every selected item decodes); records what it holds.",
+        deps={"params_ok": PARAMS_OK, **WORLD_FILES},
+        outs={"index": SOURCE_INDEX.format(source="{source}")},
+        params=("sources.{source}",),
+        wildcard="source",
+        foreach="sources",
+        keyed=True,
         runtime=30,
     ),
     Stage(
@@ -104,7 +117,6 @@ STAGES: tuple[Stage, ...] = (
         params=("zoo.{model}", "device"),
         wildcard="model",
         foreach="zoo.models",
-        threads=1,
         mem_mb=6000,
         runtime=60,
         gpu=True,
@@ -118,8 +130,8 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="diagnose",
-        help="The tractability diagnostic (κ_cap(r), erank, r_0.90, token CV) of one probe over the test images.",
-        deps={"params_ok": PARAMS_OK, "test": WORLD_FILES["test"], "mv_test": WORLD_FILES["mv_test"],
+        help="The tractability diagnostic (κ_cap(r), erank, r_0.90, token CV) of one probe over its source's images.",
+        deps={"params_ok": PARAMS_OK, "source": SOURCE_INDEX.format(source="{probe.source}"),
               "weights": "data/zoo/{probe.model}/model.safetensors", "config": "data/zoo/{probe.model}/config.json"},
         outs={"summary": "results/diagnose/probes/{probe}.json", "arrays": "results/diagnose/probes/{probe}.h5",
               "headline": headline("diagnose", "probe"), "kappa_plot": plot_data("diagnose-kappa", "probe"),
@@ -128,12 +140,11 @@ STAGES: tuple[Stage, ...] = (
         plots={"kappa_plot": Plot("r", ("kappa_cap",), "κ_cap(r), mean over images", "r", "κ_cap(r)"),
                "spectrum_plot": Plot("i", ("energy",), "spectrum σ_i² / ‖J‖_F², mean over images", "i",
                                      "σ_i² / ‖J‖_F²")},
-        params=("diagnose.probes.{probe}", "diagnose.images", "diagnose.estimator", "diagnose.dense",
-                "diagnose.power_table", "diagnose.bootstrap", "diagnose.regimes", "device"),
+        params=("diagnose.probes.{probe}", "sources.{probe.source}", "diagnose.images", "diagnose.estimator",
+                "diagnose.dense", "diagnose.power_table", "diagnose.bootstrap", "diagnose.regimes", "device"),
         wildcard="probe",
         foreach="diagnose.probes",
         keyed=True,
-        threads=1,
         mem_mb=8000,
         runtime=60,
         gpu=True,
@@ -167,7 +178,6 @@ STAGES: tuple[Stage, ...] = (
         wildcard="vae",
         foreach="vae",
         keyed=True,
-        threads=1,
         mem_mb=6000,
         runtime=60,
         gpu=True,
@@ -183,7 +193,6 @@ STAGES: tuple[Stage, ...] = (
         wildcard="probe",
         foreach="learn.probes",
         keyed=True,
-        threads=1,
         mem_mb=8000,
         runtime=120,
         gpu=True,
@@ -203,7 +212,6 @@ STAGES: tuple[Stage, ...] = (
         wildcard="probe",
         foreach="learn.spn",
         keyed=True,
-        threads=1,
         runtime=60,
         gpu=True,
     ),
@@ -221,7 +229,6 @@ STAGES: tuple[Stage, ...] = (
         wildcard="head",
         foreach="learn.heads",
         keyed=True,
-        threads=1,
         runtime=60,
         gpu=True,
     ),
@@ -259,7 +266,6 @@ STAGES: tuple[Stage, ...] = (
         wildcard="cls",
         foreach="prune.cls",
         keyed=True,
-        threads=1,
         runtime=60,
     ),
     Stage(
@@ -280,7 +286,6 @@ STAGES: tuple[Stage, ...] = (
         wildcard="dense",
         foreach="prune.dense",
         keyed=True,
-        threads=1,
         runtime=60,
     ),
     Stage(
@@ -339,7 +344,6 @@ STAGES: tuple[Stage, ...] = (
         wildcard="retrieval",
         foreach="retrieval",
         keyed=True,
-        threads=1,
         runtime=60,
     ),
     Stage(

@@ -1,8 +1,9 @@
-"""The ``diagnose`` stage: the tractability diagnostic of one probe over the test images.
+"""The ``diagnose`` stage: the tractability diagnostic of one probe over its source's images.
 
-For each of the first ``diagnose.images`` test images (multi-view groups for a multi-view
-host): ``diagnose`` at the estimator settings, timed against one forward of f; on the first
-``dense.images`` of them, when min(M, N·D) ≤ ``dense.max_dim``, ``diagnose_exact`` beside it;
+For each of the first ``diagnose.images`` items of the probe's source (multi-view groups for a
+multi-view host), through the host's own preprocessing: ``diagnose`` at the estimator settings,
+timed against one forward of f; on the first ``dense.images`` of them, when min(M, N·D) ≤
+``dense.max_dim``, ``diagnose_exact`` beside it;
 on the first ``power_table.images``, the alignment error of randomized power iteration at each
 q of ``power_table.q`` against the dense modes (or, for larger probes, power iteration at
 ``reference_q``) — the paper's App. C.3. Per-image values go to HDF5 (one row per image),
@@ -16,18 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch.nn.functional as F_
+import torch
 from torch import Tensor
 
 from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import atomic_path, write_json
 from taskgeom.data.hdf5 import KIND_ATTR, encode_attrs, new_file
-from taskgeom.data.splits import read_world, to_input
+from taskgeom.data.sources import InputDigest, batches, open_indexed
 from taskgeom.diagnostics import REGIMES, Diagnosis, diagnose, diagnose_exact, regime
 from taskgeom.evaluate.stats import summarize
 from taskgeom.linalg.operator import JacobianOperator
 from taskgeom.linalg.sketch import randomized_svd, subspace_alignment
-from taskgeom.models import zoo
+from taskgeom.models import preprocess, zoo
 from taskgeom.pipeline.runtime import StageContext
 from taskgeom.probes import Probe, ProbeMap
 
@@ -36,19 +37,19 @@ SCALARS = ("kappa_cap", "frob2", "erank", "r90", "cv", "products")  # no timings
 POWER_OVERSAMPLE = 10  # the sketch width ℓ = r + 10 of randomized_svd's default
 
 
-def probe_images(host, inputs: dict[str, Path], count: int, size: int | None) -> Tensor:
-    """The first ``count`` test images at input size ``size``: (n, 3, H, W), or (n, V, 3, H, W)
-    for a multi-view host (one that has a camera decoder)."""
+def probe_images(ctx: StageContext, entry: dict, host, count: int) -> tuple[Tensor, dict]:
+    """The first ``count`` items of the probe's source through the host's preprocessing: (n, 3, S, S),
+    or (n, V, 3, S, S) for a source of view groups; and what was read (source, preprocessing, digest)."""
+    source = open_indexed(ctx.inputs["source"], ctx.params["sources"])
+    if len(source) < count:
+        raise ValueError(f"diagnose.images: {count} requested, source {source.name!r} holds {len(source)}")
+    prep, digest = preprocess.for_host(host, entry), InputDigest()
+    x = torch.cat([digest.update(b.x) for b in batches(source.first(count), prep.image, batch_size=count)])
     multiview = "camera" in host.decoders
-    rgb = read_world(inputs["mv_test" if multiview else "test"], keys=("rgb",), limit=count)["rgb"]
-    x = to_input(rgb)
-    if size and x.shape[-1] != size:
-        flat = x.reshape(-1, *x.shape[-3:])
-        resized = F_.interpolate(flat, size=(size, size), mode="bilinear", align_corners=False)
-        x = resized.reshape(*x.shape[:-2], size, size)
-    if len(x) < count:
-        raise ValueError(f"diagnose.images: {count} requested, the test split holds {len(x)}")
-    return x
+    if multiview != (x.ndim == 5):
+        needs = "view groups (a multi-view split)" if multiview else "single images"
+        raise ValueError(f"diagnose.probes.{ctx.wildcard}.source: {source.name!r} does not hold {needs}")
+    return x, {"source": source.describe(), "preprocess": prep.describe(), "input_sha256": digest.hexdigest()}
 
 
 def power_errors(probe: Probe, r: int, qs: list[int], reference: Tensor | None, reference_q: int,
@@ -148,8 +149,9 @@ def run(ctx: StageContext) -> None:
     host = zoo.load(ctx.inputs["weights"], ctx.inputs["config"], ctx.device)
     metric = spec.get("output_metric", "euclidean")
     pm = ProbeMap(host, spec["decoder"], spec["layers"], "so3" if metric == "so3" else None)
-    size = json.loads(Path(ctx.inputs["config"]).read_text())["architecture"].get("img_size")
-    images = probe_images(host, ctx.inputs, settings["images"], size).to(ctx.device)
+    entry = json.loads(Path(ctx.inputs["config"]).read_text())["architecture"]
+    images, seen = probe_images(ctx, entry, host, settings["images"])
+    images = images.to(ctx.device)
     probe0 = pm.at(images[0])
     N, D = probe0.F.shape
     M = int(probe0.f(probe0.F).numel())
@@ -169,7 +171,7 @@ def run(ctx: StageContext) -> None:
         "probe": name, **spec, "output_metric": metric, "layers": list(pm.layers), "tokens": N, "dim": D,
         "output_dim": M, "r": r, "images": len(images), "summary": summary, "regime": name_of_regime,
         "architecture": REGIMES[name_of_regime], "dense": sweep.exact_rows, "power_table": sweep.power_rows,
-        "provenance": ctx.provenance(),
+        "provenance": {**ctx.provenance(), "input": seen},
     }
     write_arrays(ctx, sweep, len(images))
     write_json(ctx.outputs["summary"], json.loads(json.dumps(result, default=float)))

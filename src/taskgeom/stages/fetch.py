@@ -104,27 +104,6 @@ def summarise(ctx: StageContext) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def index_real(ctx: StageContext) -> pd.DataFrame:
-    """One summary row per real data set configured under ``real`` (opening it checks its format)."""
-    from taskgeom.data.real import ImageFolderClasses, NYUDepthV2Labeled
-
-    readers = {"imagenet_val": ImageFolderClasses, "imagenet_sketch": ImageFolderClasses,
-               "nyu_depth_v2": NYUDepthV2Labeled}
-    rows = []
-    for key, path in ctx.params["real"].items():
-        if path is None:
-            continue
-        dataset = readers[key](path, ctx.params["world"]["resolution"])
-        first = dataset[0]
-        rows.append({"split": key, "scenes": len(dataset), "views": 1,
-                     "resolutions": str(ctx.params["world"]["resolution"]),
-                     "classes_present": len(getattr(dataset, "classes", [])) or None,
-                     "source": str(path), "first_item": ", ".join(sorted(first)) if isinstance(first, dict) else
-                     "image, label"})
-        ctx.log.info("real data %s: %d items at %s", key, len(dataset), path)
-    return pd.DataFrame(rows)
-
-
 def draw_samples(ctx: StageContext, count: int = 4) -> None:
     """RGB, depth and the second (line-drawing) domain for a few test scenes, and one multi-view group."""
     with open_store(ctx.outputs["test"], "world") as f:
@@ -157,10 +136,7 @@ def run(ctx: StageContext) -> None:
     spec = WorldSpec(num_objects=tuple(world["num_objects"]), fov_deg=tuple(world["fov_deg"]))
     for split in SPLIT_IDS:
         build_split(ctx, split, spec)
-    summary, real = summarise(ctx), index_real(ctx)
-    if len(real):
-        summary = pd.concat([summary, real], ignore_index=True)
-    write_table(summary, ctx.outputs["summary_csv"], ctx.outputs["summary_md"],
+    write_table(summarise(ctx), ctx.outputs["summary_csv"], ctx.outputs["summary_md"],
                 caption="Synthetic world: splits as stored (depth statistics over up to 200 scenes).",
                 provenance=ctx.provenance())
     draw_samples(ctx)
