@@ -18,7 +18,7 @@ from taskgeom import __version__
 from taskgeom.data.hdf5 import StoreError
 from taskgeom.pipeline import config
 from taskgeom.pipeline.registry import STAGES
-from taskgeom.pipeline.stage import Collect, Stage, fill, resolve
+from taskgeom.pipeline.stage import Collect, Stage, param_keys, resolve
 
 PROFILES_DIR = Path("params")
 
@@ -56,7 +56,7 @@ def run_stage(stage: Stage, args: argparse.Namespace) -> int:
     inputs, outputs = resolve(stage, params, value)
     if missing := missing_inputs(inputs):
         raise FileNotFoundError(f"stage {stage.name}: missing input(s): {', '.join(missing)}")
-    keys = tuple(fill(k, stage, value, params) for k in stage.params)
+    keys = param_keys(stage, params, value)
     device = resolve_device(params["device"]) if "device" in keys else "cpu"
     ctx = StageContext(stage.name, inputs, outputs, config.select(params, keys), value, device, log)
     start = time.perf_counter()

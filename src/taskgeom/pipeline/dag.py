@@ -19,7 +19,7 @@ import yaml
 
 from taskgeom.pipeline import config
 from taskgeom.pipeline.registry import PARAMS_OK, STAGES
-from taskgeom.pipeline.stage import Collect, Stage, fill
+from taskgeom.pipeline.stage import Collect, Stage, fill, param_keys
 
 DVC_HEADER = "# Generated from src/taskgeom/pipeline/registry.py by `taskgeom dvc-yaml`; do not edit by hand.\n"
 
@@ -95,12 +95,10 @@ def snakemake_rule(name: str, params: dict) -> SnakemakeRule:
         else:
             inputs[key] = dep
     inputs["code"] = list(s.code)
-    keys = list(s.params)
 
     def values(wildcards) -> str:
         value = getattr(wildcards, s.wildcard) if s.wildcard else None
-        resolved = [fill(k, s, value, params) for k in keys]
-        return json.dumps(config.select(params, resolved), sort_keys=True)
+        return json.dumps(config.select(params, param_keys(s, params, value)), sort_keys=True)
 
     resources = {"mem_mb": s.mem_mb, "runtime": s.runtime}
     if s.gpu and params["device"] != "cpu":  # a scheduler may place it on a GPU node

@@ -128,6 +128,11 @@ def fill(template: str, stage_: Stage, value: str | None, params: dict | None = 
     return template.replace(f"{{{stage_.wildcard}}}", value)
 
 
+def param_keys(stage: Stage, params: dict, value: str | None) -> tuple[str, ...]:
+    """The dotted params keys one stage instance reads (its wildcard and item fields filled in)."""
+    return tuple(fill(k, stage, value, params) for k in stage.params)
+
+
 def resolve(stage: Stage, params: dict, value: str | None) -> tuple[dict, dict]:
     """(inputs, outputs) of one stage instance as paths, by name; a ``Collect`` input is a list.
     DVC's ``check-params`` guard is left out: the CLI and the Snakefile validate params themselves."""

@@ -36,7 +36,7 @@ from taskgeom.artifacts.atomic import atomic_path
 from taskgeom.pipeline.config import get, select
 from taskgeom.pipeline.dag import snakemake_rule
 from taskgeom.pipeline.registry import STAGES
-from taskgeom.pipeline.stage import Stage, resolve
+from taskgeom.pipeline.stage import Stage, param_keys, resolve
 
 CHECK_PARAMS = "check-params"
 FOLLOWED = Path(".snakemake/taskgeom-dvc-lock.sha256")  # the dvc.lock last followed or committed
@@ -149,7 +149,7 @@ def write_record(root: Path, output: Path, stage: Stage, value: str | None, para
     path = root / SNAKEMAKE_METADATA / urlsafe_b64encode(str(output).encode()).decode()
     old = json.loads(path.read_text()) if path.is_file() else {}
     rule = snakemake_rule(stage.name, params)
-    keys = [k.replace(f"{{{stage.wildcard}}}", value) if value else k for k in stage.params]
+    keys = param_keys(stage, params, value)
     mtime = (root / output).stat().st_mtime
     record = {
         "rule": stage.name.replace("-", "_"),

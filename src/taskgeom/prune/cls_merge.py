@@ -17,11 +17,11 @@ import torch
 from torch import Tensor
 
 from taskgeom.models.host import ProbeHost
+from taskgeom.prune.blocks import attention_block
 from taskgeom.prune.evit import evit_fuse
 from taskgeom.prune.scores import LearnedMetric, grid_of, scores_for
 from taskgeom.prune.select import num_removed, split_lowest
 from taskgeom.prune.soft_merge import cosine_distance, merge_into_nearest, pullback_distance
-from taskgeom.prune.timm_blocks import block_forward, block_with_stats, timm_block
 from taskgeom.prune.tome import bipartite_soft_matching, merge_wavg
 
 
@@ -62,11 +62,11 @@ def merged_forward(host: ProbeHost, decoder: str, images: Tensor, layer: int, me
     for i in range(last + 1):
         if i == layer and k > 0:
             # every method but importance reads the keys (to score, or to find the nearest token)
-            h, stats = (block_with_stats(timm_block(host, i), h) if method != "importance"
+            h, stats = (attention_block(host, i).with_stats(h) if method != "importance"
                         else (host.block(i, h, ctx), None))
             h, size = reduce_tokens(method, h, stats, k, grid, learned, generator)
         elif size is not None:
-            h = block_forward(timm_block(host, i), h, size)
+            h = attention_block(host, i).forward(h, size)
         else:
             h = host.block(i, h, ctx)
     return host.decode(decoder, {last: h}, ctx)

@@ -20,9 +20,9 @@ import torch
 from torch import Tensor
 
 from taskgeom.models.host import ProbeHost, check_decoder
+from taskgeom.prune.blocks import attention_block
 from taskgeom.prune.scores import NEEDS_STATS, LearnedMetric, grid_of, scores_for
 from taskgeom.prune.select import gather_tokens, num_removed, scatter_tokens, split_lowest
-from taskgeom.prune.timm_blocks import block_forward, block_with_stats, timm_block
 from taskgeom.prune.tome import bipartite_soft_matching, merge_wavg
 
 
@@ -118,6 +118,7 @@ def pruned_forward(host: ProbeHost, decoder: str, images: Tensor, schedule: Sequ
     Raises:
         ValueError: an unknown decoder or method, a bad schedule, η outside [0, 1), or
             ``method="importance"`` without ``learned``.
+        TypeError: tome, tome_score or evit on a host ``taskgeom.prune.blocks`` has no attention adapter for.
     """
     check_decoder(host, decoder)
     reads = tuple(host.decoder_layers(decoder))
@@ -127,14 +128,14 @@ def pruned_forward(host: ProbeHost, decoder: str, images: Tensor, schedule: Sequ
     grid = grid_of(ctx)
     counts = dict(zip(schedule, stage_counts(num_removed(grid.rows * grid.cols, ratio), len(schedule))))
     if method == "tome":
-        return _tome_forward(host, decoder, h, ctx, reads, counts, llf)
+        return _tome_forward(host, decoder, h, ctx, reads, counts, llf, grid.prefix > 0)
     state, states = TokenState(h), {}
     for i in range(last + 1):
         if i == last and llf:
             state.reinsert()
         k = counts.get(i, 0)
         if k and method in NEEDS_STATS:
-            state.h, stats = block_with_stats(timm_block(host, i), state.h)
+            state.h, stats = attention_block(host, i).with_stats(state.h)
         else:
             state.h, stats = host.block(i, state.h, ctx), None
         if k:
@@ -146,7 +147,7 @@ def pruned_forward(host: ProbeHost, decoder: str, images: Tensor, schedule: Sequ
     return host.decode(decoder, states, ctx)
 
 
-def _tome_forward(host, decoder, h, ctx, reads, counts, llf) -> Tensor:
+def _tome_forward(host, decoder, h, ctx, reads, counts, llf, class_token) -> Tensor:
     """``pruned_forward`` with ToMe merging at the pruning points, unmerged wherever a full grid is read."""
     unmerges, size, states = [], None, {}
     last = max(reads)
@@ -160,14 +161,14 @@ def _tome_forward(host, decoder, h, ctx, reads, counts, llf) -> Tensor:
         if i == last and llf and unmerges:
             h, unmerges, size = full(h), [], None
         k = counts.get(i, 0)
-        block = timm_block(host, i)
+        block = attention_block(host, i)
         if k:
-            h, stats = block_with_stats(block, h, size)
-            merge, unmerge = bipartite_soft_matching(stats.keys, k, class_token=grid_of(ctx).prefix > 0)
+            h, stats = block.with_stats(h, size)
+            merge, unmerge = bipartite_soft_matching(stats.keys, k, class_token=class_token)
             h, size = merge_wavg(merge, h, size)
             unmerges.append(unmerge)
         else:
-            h = block_forward(block, h, size)
+            h = block.forward(h, size)
         if i in reads:
             states[i] = full(h)
     return host.decode(decoder, states, ctx)

@@ -1,8 +1,10 @@
 """Adapter for timm ViT blocks: the statistics the baselines select tokens by, taken from the
 block's own attention, and proportional attention over merged tokens.
 
-Hosts whose transformer is a timm ``VisionTransformer`` at ``host.vit`` (the zoo's CLS and DPT
-models, the paper's DINOv2 / CLIP) qualify; importance and random selection need no adapter.
+The timm implementation behind ``taskgeom.prune.blocks.attention_block`` for hosts whose
+transformer is a timm ``VisionTransformer`` at ``host.vit`` (the zoo's CLS and DPT models, the
+paper's DINOv2 / CLIP); ``hf_blocks`` serves transformers DINOv2 layers. ``AttentionStats`` and
+``size_bias`` are shared by both.
 """
 
 from __future__ import annotations
@@ -20,14 +22,6 @@ class AttentionStats:
 
     keys: Tensor
     cls_attn: Tensor
-
-
-def timm_block(host, i: int) -> Block:
-    vit = getattr(host, "vit", None)
-    if vit is None or not hasattr(vit, "blocks"):
-        raise TypeError(f"{type(host).__name__}: ToMe and EViT read attention keys from a timm ViT at host.vit; "
-                        "this host has none (importance and random selection work on any host)")
-    return vit.blocks[i]
 
 
 def size_bias(size: Tensor | None) -> Tensor | None:
@@ -64,3 +58,17 @@ def block_with_stats(block: Block, x: Tensor, size: Tensor | None = None) -> tup
     x = x + block.drop_path2(block.ls2(block.mlp(block.norm2(x))))
     return x, AttentionStats(keys=k.mean(dim=1), cls_attn=weights[:, :, 0].mean(dim=1))
 
+
+@dataclass(frozen=True)
+class TimmAttentionBlock:
+    """One timm block as an attention block (see ``taskgeom.prune.blocks``)."""
+
+    block: Block
+
+    def forward(self, x: Tensor, size: Tensor | None = None) -> Tensor:
+        """``block_forward``."""
+        return block_forward(self.block, x, size)
+
+    def with_stats(self, x: Tensor, size: Tensor | None = None) -> tuple[Tensor, AttentionStats]:
+        """``block_with_stats``."""
+        return block_with_stats(self.block, x, size)

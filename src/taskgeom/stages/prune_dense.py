@@ -21,6 +21,7 @@ from taskgeom.evaluate.tasks import silog, valid_depth
 from taskgeom.metric.targets import TargetFile
 from taskgeom.models.host import forward_states, run_decoder
 from taskgeom.pipeline.runtime import StageContext
+from taskgeom.prune.blocks import attention_block
 from taskgeom.prune.llf import pruned_forward
 from taskgeom.prune.protocol import (
     batched,
@@ -34,7 +35,6 @@ from taskgeom.prune.protocol import (
     world_batch,
     write_degradation,
 )
-from taskgeom.prune.timm_blocks import block_with_stats, timm_block
 from taskgeom.prune.tome import tome_score
 
 EXAMPLES = 4  # test images of the Figure 2 maps
@@ -58,7 +58,7 @@ def figure_maps(ctx: StageContext, host, cfg: dict, learned, base, x: torch.Tens
         idx = torch.arange(states[layer].shape[1]).expand(EXAMPLES, -1)
         importance = learned.importance(states[layer], idx, base)[:, base.prefix:]
         before = states[layer - 1] if layer > 0 else host.embed(x[:EXAMPLES])[0]
-        _, stats = block_with_stats(timm_block(host, layer), before)
+        _, stats = attention_block(host, layer).with_stats(before)
         tome = tome_score(stats.keys)[:, base.prefix:]
     truth = cached[key][:, base.prefix:]
     maps = {"importance": importance.numpy(), "tome_score": tome.numpy()}

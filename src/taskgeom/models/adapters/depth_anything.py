@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from taskgeom.models.adapters.spec import AdapterSpec
 from taskgeom.models.host import ProbeHost, freeze
+from taskgeom.models.vit import Grid
 
 # Depth-Anything-V2-Base (transformers' conversion of the ViT-B checkpoint): DINOv2-B/14 backbone,
 # the DPT head reading the outputs of blocks 2, 5, 8, 11 (out_indices count the embedding as 0).
@@ -83,17 +84,18 @@ class DepthAnythingHost(nn.Module):
     def decoder_layers(self, decoder: str) -> tuple[int, ...]:
         return self.read_layers
 
-    def embed(self, images: Tensor) -> tuple[Tensor, tuple[int, int]]:
-        """images (B, 3, H, W) -> CLS + patch tokens (B, 1 + rows·cols, D), ctx = (rows, cols)."""
-        h, w = images.shape[-2:]
-        return self.model.backbone.embeddings(images), (h // self.patch_size, w // self.patch_size)
+    def embed(self, images: Tensor) -> tuple[Tensor, Grid]:
+        """images (B, 3, H, W) -> CLS + patch tokens (B, 1 + rows·cols, D), ctx = their Grid."""
+        rows, cols = (s // self.patch_size for s in images.shape[-2:])
+        tokens = self.model.backbone.embeddings(images)
+        return tokens, Grid(tokens.shape[1] - rows * cols, rows, cols)
 
-    def block(self, i: int, h: Tensor, ctx: tuple[int, int]) -> Tensor:
+    def block(self, i: int, h: Tensor, ctx: Grid) -> Tensor:
         out = self.model.backbone.encoder.layer[i](h)
         return out[0] if isinstance(out, tuple) else out  # transformers 4.x layers return (h, *extras)
 
-    def decode(self, decoder: str, states: Mapping[int, Tensor], ctx: tuple[int, int]) -> Tensor:
-        rows, cols = ctx
+    def decode(self, decoder: str, states: Mapping[int, Tensor], ctx: Grid) -> Tensor:
+        rows, cols = ctx.rows, ctx.cols
         norm = self.model.backbone.layernorm
         feats = [norm(states[i]) if self.apply_layernorm else states[i] for i in self.read_layers]
         fused = self.model.neck(feats, rows, cols)
