@@ -24,7 +24,11 @@ def tool_env() -> dict[str, str]:
     return env
 
 
-def run(cmd: list[str] | str, cwd: Path, check: bool = True, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+TIMEOUT = 1800  # s: a guard against a hung command, not a speed target (a whole smoke DAG on a loaded machine)
+
+
+def run(cmd: list[str] | str, cwd: Path, check: bool = True, timeout: float = TIMEOUT,
+        **kw) -> subprocess.CompletedProcess:
     """Run a command in ``cwd``; on failure show its output in the test report."""
     proc = subprocess.run(cmd, cwd=cwd, env=tool_env(), capture_output=True, text=True, timeout=timeout,
                           shell=isinstance(cmd, str), **kw)
@@ -38,7 +42,7 @@ def succeeded(proc: subprocess.CompletedProcess) -> None:
         raise AssertionError(f"{proc.args} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
 
 
-def run_together(cmds: list[list[str]], cwd: Path, timeout: float = 600) -> list[subprocess.CompletedProcess]:
+def run_together(cmds: list[list[str]], cwd: Path, timeout: float = TIMEOUT) -> list[subprocess.CompletedProcess]:
     """``run`` for commands that only read the repository, side by side."""
     procs = [subprocess.Popen(cmd, cwd=cwd, env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for cmd in cmds]
