@@ -16,6 +16,7 @@ Results: results/benchmarks/targets_io.{csv,md}. Run after the pipeline's `targe
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import time
 from pathlib import Path
@@ -26,15 +27,14 @@ import pandas as pd
 import torch
 
 from taskgeom.artifacts.atomic import write_text
+from taskgeom.data.sources import need, read_inputs
 from taskgeom.metric.fit import fit
 from taskgeom.metric.head import ImportanceHead, head_loss
 from taskgeom.metric.targets import SPLITS, TargetFile, image_targets
-from taskgeom.models import zoo
+from taskgeom.models import preprocess, zoo
 from taskgeom.pipeline import config
-from taskgeom.pipeline.registry import WORLD_FILES
 from taskgeom.pipeline.runtime import code_version
 from taskgeom.probes import probe_map
-from taskgeom.stages.targets import is_multiview, split_images
 
 OUT = Path("results/benchmarks")
 
@@ -50,8 +50,10 @@ def targets_rate(params: dict, name: str, images: int) -> dict:
     spec, settings = params["learn"]["probes"][name], params["learn"]["targets"]
     host = zoo.load(Path("data") / spec["host"] / "model.safetensors", Path("data") / spec["host"] / "config.json")
     pm = probe_map(host, spec["decoder"], spec.get("layers"))
-    counts = {"train": 2, "val": 1, "test": images}
-    x = split_images({k: Path(v) for k, v in WORLD_FILES.items()}, is_multiview(host), counts)["test"]
+    entry = json.loads((Path("data") / spec["host"] / "config.json").read_text())["architecture"]
+    index = Path("data/sources") / f"{spec['sources']['test']}.json"
+    source, prep = preprocess.open_for_host(index, params["sources"], host, entry, f"learn.probes.{name}.sources.test")
+    x = read_inputs(need(source, images, "images"), prep).x
     test = TargetFile.open(Path("data/targets") / name / "test.h5")
     qs = tuple(sorted({1, settings["power_iters"]}))
     start, products = time.perf_counter(), 0

@@ -15,9 +15,12 @@ Kinds and their keys:
   ``splits.mat``, with ``split``: train or test), RGB and metric depth.
 - ``folder``: any folder of png/jpg images, searched recursively, without labels.
 
-``subset: {count, seed}`` keeps a deterministic subset: with labels, stratified (each class's
-items shuffled by the seed, then taken rank by rank over the classes), otherwise a seeded
-sample; items stay in their source order. Items: ``Item`` with the image at its native size.
+``range: [start, stop]`` keeps a window of the items in source order (Python slice bounds,
+null for an open end: ``[-16, null]`` is the last 16). ``subset: {count, seed, offset}`` then
+keeps a deterministic subset: ranks [offset, offset + count) of a seeded ranking, stratified
+with labels (each class's items shuffled by the seed, then taken rank by rank over the
+classes), otherwise a seeded permutation; one seed with disjoint windows gives disjoint
+subsets. Items stay in their source order. Items: ``Item`` with the image at its native size.
 Errors name the source key (``sources.<name>...``) and the file.
 """
 
@@ -38,7 +41,7 @@ from PIL import Image
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from taskgeom.data.hdf5 import StoreError, open_store
+from taskgeom.data.hdf5 import StoreError, open_store, read_attr_json
 from taskgeom.data.real import (
     IMAGE_EXTENSIONS,
     ImageFolderClasses,
@@ -49,6 +52,8 @@ from taskgeom.data.real import (
 
 KINDS = ("world", "imagenet_val", "imagenet_sketch", "nyu_depth_v2", "folder")
 WORLD_DIR = "data/world"
+DEPTH_KINDS = ("world", "nyu_depth_v2")  # kinds whose items carry ground-truth depth
+NYU_MAX_DEPTH = 10.0  # metres: the evaluation cap of NYU-Depth-V2 (Eigen et al. 2014)
 
 
 class SourceError(ValueError):
@@ -76,34 +81,52 @@ def read_rgb(path: Path) -> np.ndarray:
         raise SourceError(f"{path}: expected a JPEG or PNG image, could not decode it ({err})") from err
 
 
-def stratified_subset(labels: np.ndarray, count: int, seed: int) -> np.ndarray:
-    """Sorted indices of ``count`` items: each label's items shuffled by ``seed``, then taken
-    rank by rank across labels (label order shuffled too), so classes stay balanced."""
+def stratified_order(labels: np.ndarray, seed: int) -> np.ndarray:
+    """Every index, ranked: each label's items shuffled by ``seed``, then taken rank by rank
+    across labels (label order shuffled too), so any prefix keeps the classes balanced."""
     rng = np.random.default_rng(seed)
     classes = rng.permutation(np.unique(labels))
     ranked = [(rank, position, index) for position, c in enumerate(classes)
               for rank, index in enumerate(rng.permutation(np.flatnonzero(labels == c)))]
-    return np.sort(np.array([index for _, _, index in sorted(ranked)[:count]], dtype=np.int64))
+    return np.array([index for _, _, index in sorted(ranked)], dtype=np.int64)
+
+
+def stratified_subset(labels: np.ndarray, count: int, seed: int, offset: int = 0) -> np.ndarray:
+    """Sorted indices of ranks [offset, offset + count) of ``stratified_order``: subsets with one
+    seed and disjoint windows are disjoint (train / val / test of one source)."""
+    return np.sort(stratified_order(labels, seed)[offset:offset + count])
+
+
+def select(name: str, spec: Mapping[str, Any], labels: np.ndarray, subset: Mapping[str, Any]) -> np.ndarray:
+    """Positions of ``subset: {count, seed, offset}`` among items with ``labels``: stratified with
+    labels, otherwise ranks of one seeded permutation; in item order."""
+    count, seed, offset = int(subset["count"]), int(subset["seed"]), int(subset.get("offset", 0))
+    if offset + count > len(labels):
+        raise SourceError(f"sources.{name}.subset.count: {count} requested, the source holds {len(labels) - offset} "
+                          f"after offset {offset} ({spec.get('path', spec.get('split'))})")
+    if (labels >= 0).any():
+        return stratified_subset(labels, count, seed, offset)
+    return np.sort(np.random.default_rng(seed).permutation(len(labels))[offset:offset + count])
 
 
 class Source(Dataset):
     """A named source's selected items. ``keys``, ``labels`` index them; ``read(i)`` loads one."""
 
     def __init__(self, name: str, spec: Mapping[str, Any], keys: list[str], labels: np.ndarray,
-                 read: Callable[[int], Item], classes: list[str] | None = None) -> None:
-        self.name, self.spec, self.classes = name, dict(spec), classes
+                 read: Callable[[int], Item], classes: list[str] | None = None,
+                 max_depth: float | None = None) -> None:
+        self.name, self.spec, self.classes, self.max_depth = name, dict(spec), classes, max_depth
+        self.has_depth = spec["kind"] in DEPTH_KINDS
         self._keys, self._labels, self._read = keys, labels, read
         self.indices = np.arange(len(keys))
+        if spec.get("range"):
+            start, stop = spec["range"]
+            self.indices = self.indices[slice(start, stop)]
+            if not len(self.indices):
+                raise SourceError(f"sources.{name}.range: {list(spec['range'])} selects none of its {len(keys)} items")
         subset = spec.get("subset")
         if subset:
-            count = int(subset["count"])
-            if count > len(keys):
-                raise SourceError(f"sources.{name}.subset.count: {count} requested, the source holds {len(keys)} "
-                                  f"({spec.get('path', spec.get('split'))})")
-            has_labels = bool((labels >= 0).any())
-            rng = np.random.default_rng(int(subset["seed"]))
-            self.indices = (stratified_subset(labels, count, int(subset["seed"])) if has_labels
-                            else np.sort(rng.choice(len(keys), count, replace=False)))
+            self.indices = self.indices[select(name, spec, labels[self.indices], subset)]
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -113,9 +136,13 @@ class Source(Dataset):
 
     def first(self, count: int) -> Source:
         """The first ``count`` selected items, as a source of their own."""
-        head = copy.copy(self)
-        head.indices = self.indices[:count]
-        return head
+        return self.window(0, count)
+
+    def window(self, start: int, stop: int) -> Source:
+        """Selected items [start, stop), as a source of their own."""
+        part = copy.copy(self)
+        part.indices = self.indices[start:stop]
+        return part
 
     @property
     def keys(self) -> list[str]:
@@ -160,6 +187,7 @@ def _world(name: str, spec: Mapping[str, Any]) -> Source:
             if f"r{res}/{domain}" not in f:
                 raise SourceError(f"sources.{name}: {path} has no {domain} renders at {res} px")
             labels, n = f["label"][:].astype(np.int64), int(f.attrs["num_items"])
+            max_depth = float(read_attr_json(f, "spec")["max_depth"]) if "spec" in f.attrs else None
     except StoreError as err:
         raise SourceError(f"sources.{name}: {err}") from None
     files: dict[str, h5py.File] = {}
@@ -168,7 +196,7 @@ def _world(name: str, spec: Mapping[str, Any]) -> Source:
         f = files.get("f") or files.setdefault("f", h5py.File(path, "r"))  # one handle per worker
         return Item(f[f"r{res}/{domain}"][i], int(labels[i]), f[f"r{res}/depth"][i], f"{path}[{i}]")
 
-    return Source(name, spec, [f"{path}[{i}]" for i in range(n)], labels, read, None)
+    return Source(name, spec, [f"{path}[{i}]" for i in range(n)], labels, read, None, max_depth)
 
 
 def _class_folders(name: str, spec: Mapping[str, Any]) -> Source:
@@ -214,7 +242,7 @@ def _nyu(name: str, spec: Mapping[str, Any]) -> Source:
         return Item(rgb, -1, depth, f"{mat}[{int(dataset.indices[i])}]")
 
     keys = [f"{mat}[{int(n)}]" for n in dataset.indices]
-    return Source(name, spec, keys, np.full(len(keys), -1, np.int64), read, None)
+    return Source(name, spec, keys, np.full(len(keys), -1, np.int64), read, None, NYU_MAX_DEPTH)
 
 
 def _folder(name: str, spec: Mapping[str, Any]) -> Source:
@@ -246,14 +274,33 @@ def open_source(name: str, sources: Mapping[str, Mapping[str, Any]] | None) -> S
     return source
 
 
-def open_indexed(index: str | Path, sources: Mapping[str, Mapping[str, Any]] | None) -> Source:
+def open_indexed(index: str | Path, sources: Mapping[str, Mapping[str, Any]] | None,
+                 resolution: int | None = None) -> Source:
     """The source that the ``sources`` stage indexed into ``index``, opened from ``sources``;
-    refused if its selection differs from the index's (params changed since: rerun that stage)."""
+    refused if its selection differs from the index's (params changed since: rerun that stage).
+    ``resolution`` picks a world source's render at that side (other kinds are resized by the
+    host's preprocessing)."""
     recorded = json.loads(Path(index).read_text())
-    source = open_source(recorded["name"], sources)
+    name = recorded["name"]
+    if resolution is not None and (sources or {}).get(name, {}).get("kind") == "world":
+        sources = {**sources, name: {**sources[name], "resolution": int(resolution)}}
+    source = open_source(name, sources)
     if source.describe()["keys_sha256"] != recorded["keys_sha256"]:
         raise SourceError(f"sources.{recorded['name']}: its items differ from {index}'s; rerun the sources stage")
     return source
+
+
+def open_named(name: str, indexes: list[Path], sources: Mapping[str, Mapping[str, Any]] | None) -> Source:
+    """``open_indexed`` of source ``name`` among the index files ``indexes`` (data/sources/<name>.json)."""
+    for index in indexes:
+        if Path(index).stem == name:
+            return open_indexed(index, sources)
+    raise SourceError(f"sources.{name}: no index among {[str(i) for i in indexes]}; rerun the sources stage")
+
+
+def first_view(image: np.ndarray) -> np.ndarray:
+    """An item's image for display: a view group's first view."""
+    return image[0] if image.ndim == 4 else image
 
 
 # --------------------------------------------------------------------------- batches for a host
@@ -302,6 +349,31 @@ def batches(source: Source, image: Callable[[np.ndarray], Tensor], batch_size: i
         yield Batch(b["x"], b["label"], b.get("depth"), list(b["key"]))
 
 
+def read_inputs(source: Source, prep: Any, batch_size: int = 64, depth: bool = False,
+                digest: InputDigest | None = None) -> Batch:
+    """Every item of ``source`` through ``prep`` (``.image`` and, with ``depth``, ``.depth``) as
+    one batch, stored ``channels_last``; ``digest`` sees every input."""
+    parts = list(batches(source, prep.image, batch_size, prep.depth if depth else None))
+    x = channels_last(torch.cat([p.x for p in parts]))
+    if digest is not None:
+        digest.update(x)
+    return Batch(x, torch.cat([p.labels for p in parts]),
+                 torch.cat([p.depth for p in parts]) if depth else None, [k for p in parts for k in p.keys])
+
+
+def channels_last(x: Tensor) -> Tensor:
+    """(..., 3, H, W) with the images' own HWC memory layout (strides (…, 1, 3W, 3)): the layout the
+    zoo's inputs have always had, so convolutions take the same path and give the same bits."""
+    return x.movedim(-3, -1).contiguous().movedim(-1, -3)
+
+
+def need(source: Source, count: int, what: str) -> Source:
+    """The source's first ``count`` items; refused, naming the params key ``what``, if it holds fewer."""
+    if len(source) < count:
+        raise SourceError(f"{what}: {count} requested, source {source.name!r} holds {len(source)}")
+    return source.first(count)
+
+
 class InputDigest:
     """sha256 over the float32 bytes of every preprocessed input, in order: what a stage saw."""
 
@@ -315,3 +387,10 @@ class InputDigest:
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()
+
+
+def digest_of(x: Tensor) -> str:
+    """``InputDigest`` of one batch."""
+    digest = InputDigest()
+    digest.update(x)
+    return digest.hexdigest()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
 from taskgeom.data.real import center_square
+from taskgeom.data.sources import InputDigest, Source, SourceError, open_indexed
 from taskgeom.data.splits import MEAN as WORLD_MEAN
 from taskgeom.data.splits import STD as WORLD_STD
 
@@ -127,14 +129,38 @@ def vggt(size: int) -> Preprocess:
     return Preprocess("lower_bound", size, (0.0,) * 3, (1.0,) * 3, "bicubic", multiple=14)
 
 
-def for_host(host: torch.nn.Module, entry: dict) -> Preprocess:
-    """The preprocessing of a zoo entry's host: a tiny zoo model's or a paper model's adapter's."""
+def for_host(host: torch.nn.Module, entry: dict, size: int | None = None) -> Preprocess:
+    """The preprocessing of a zoo entry's host (a tiny zoo model's or a paper model's adapter's),
+    at its ``img_size`` or at ``size`` (a resolution sweep)."""
     if entry.get("kind") == "latent":  # a VAE before one decoder of a zoo model: the base's input
-        return for_host(host, entry["base"])
-    size = int(entry["img_size"])
+        return for_host(getattr(host, "base", host), entry["base"], size)
+    size = int(size or entry["img_size"])
     if entry.get("kind") != "pretrained":
         return world(size)
     adapter = entry["adapter"]
     if adapter in ("dinov2-b14", "clip-b16"):
         return timm_preprocess(host.vit, size)
     return {"depth-anything-v2": depth_anything, "vggt": vggt}[adapter](size)
+
+
+def is_multiview(host: torch.nn.Module) -> bool:
+    """Whether the host (or a VAE's base) reads view groups."""
+    return "camera" in getattr(host, "base", host).decoders
+
+
+def open_for_host(index: str | Path, sources: dict, host: torch.nn.Module, entry: dict, what: str,
+                  size: int | None = None) -> tuple[Source, Preprocess]:
+    """The indexed source (a world source at its ``size`` render) and the host's preprocessing;
+    refused, naming ``what``, when the source's items are not what the host reads (single
+    images or view groups)."""
+    source = open_indexed(index, sources, size)
+    groups = source[0].image.ndim == 4 if len(source) else False
+    if groups != is_multiview(host):
+        needs = "view groups (a multi-view split)" if is_multiview(host) else "single images"
+        raise SourceError(f"{what}: {source.name!r} does not hold {needs}")
+    return source, for_host(host, entry, size)
+
+
+def seen(source: Source, prep: Preprocess, digest: InputDigest) -> dict:
+    """What a stage read, for its provenance: the source, the preprocessing, the inputs' digest."""
+    return {"source": source.describe(), "preprocess": prep.describe(), "input_sha256": digest.hexdigest()}

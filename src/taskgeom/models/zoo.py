@@ -74,6 +74,11 @@ def load(weights: str | Path, config_path: str | Path, device: str = "cpu") -> n
     return model.to(device).eval()
 
 
+def entry(config_path: str | Path) -> dict:
+    """The architecture entry that a checkpoint's config.json records (what its preprocessing follows)."""
+    return json.loads(Path(config_path).read_text())["architecture"]
+
+
 def load_named(name: str, root: str | Path = "data/zoo", device: str = "cpu") -> nn.Module:
     root = Path(root) / name
     return load(root / "model.safetensors", root / "config.json", device)

@@ -73,15 +73,29 @@ def cross_checks(params: dict) -> list[str]:
             problems.append(f"{key}.layers: {probe['layers']} must be below depth {cfg['depth']}")
         if probe.get("output_metric") == "so3" and probe["decoder"] != "camera":
             problems.append(f"{key}.output_metric: so3 applies to the camera decoder only")
-        if probe["source"] not in params["sources"]:
-            problems.append(f"{key}.source: {probe['source']!r} is not defined under sources "
-                            f"(defined: {sorted(params['sources'])})")
-    problems += learn_checks(params) + prune_checks(params) + retrieval_checks(params)
+    problems += source_checks(params) + learn_checks(params) + prune_checks(params) + retrieval_checks(params)
     world = params["world"]
     for key in ("num_objects", "fov_deg"):
         lo, hi = world[key]
         if lo > hi:
             problems.append(f"world.{key}: lower bound {lo} exceeds upper bound {hi}")
+    return problems
+
+
+SOURCE_USERS = ("diagnose.probes", "vae", "learn.probes", "prune.cls", "prune.dense", "retrieval")
+
+
+def source_checks(params: dict) -> list[str]:
+    """Every source a stage names (``source``, ``sources.<role>``) is defined under sources."""
+    problems, defined = [], params["sources"]
+    for section in SOURCE_USERS:
+        for name, entry in get(params, section).items():
+            named = {"source": entry["source"]} if "source" in entry else entry.get("sources", {})
+            for role, source in named.items():
+                if source not in defined:
+                    where = "source" if role == "source" else f"sources.{role}"
+                    problems.append(f"{section}.{name}.{where}: {source!r} is not defined under sources "
+                                    f"(defined: {sorted(defined)})")
     return problems
 
 
@@ -119,11 +133,13 @@ def prune_checks(params: dict) -> list[str]:
     zoo, learn, prune, world = params["zoo"], params["learn"], params["prune"], params["world"]
     if not prune["cls"] and not prune["dense"]:
         return problems
+    world_roles = {role for kind in ("cls", "dense") for cfg in prune[kind].values()
+                   for role, name in cfg["sources"].items() if params["sources"].get(name, {}).get("kind") == "world"}
     rendered = [world["resolution"], *world.get("eval_resolutions", [])]
-    if prune["resolutions"][0] != world["resolution"]:
+    if world_roles & {"rgb", "sketch"} and prune["resolutions"][0] != world["resolution"]:
         problems.append("prune.resolutions: must start with the base resolution "
-                        f"world.resolution = {world['resolution']}")
-    for r in prune["resolutions"]:
+                        f"world.resolution = {world['resolution']} (a domain reads the world)")
+    for r in prune["resolutions"] if world_roles & {"rgb", "sketch"} else ():
         if r not in rendered:
             problems.append(f"prune.resolutions: {r} is not rendered "
                             f"(world.resolution + world.eval_resolutions: {rendered})")
@@ -156,9 +172,9 @@ def prune_checks(params: dict) -> list[str]:
                     if schedule != sorted(set(schedule)) or (last is not None and schedule[-1] >= last):
                         problems.append(f"{key}.schedules: {schedule} must be strictly increasing blocks below the "
                                         f"decoder's last block {last}")
-    if prune["knn"]["bank_images"] > world["splits"]["train"]:
+    if "bank" in world_roles and prune["knn"]["bank_images"] > world["splits"]["train"]:
         problems.append(f"prune.knn.bank_images: {prune['knn']['bank_images']} exceeds world.splits.train")
-    if prune["images"] > world["splits"]["test"]:
+    if world_roles & {"rgb", "sketch"} and prune["images"] > world["splits"]["test"]:
         problems.append(f"prune.images: {prune['images']} exceeds world.splits.test")
     return problems
 
@@ -182,7 +198,8 @@ def retrieval_checks(params: dict) -> list[str]:
         head = learn["heads"].get(cfg["head"])
         if head is None or head["probe"] != cfg["probe"]:
             problems.append(f"{key}.head: {cfg['head']!r} is not an importance head of probe {cfg['probe']!r}")
-        if cfg["queries"] + cfg["gallery"] > world["splits"]["test"]:
+        if cfg["queries"] + cfg["gallery"] > world["splits"]["test"] and any(
+                params["sources"].get(cfg["sources"][d], {}).get("kind") == "world" for d in cfg["domains"]):
             problems.append(f"{key}.gallery: queries + gallery exceed world.splits.test ({world['splits']['test']})")
         if max(cfg["recall_k"]) > cfg["gallery"] or cfg["shortlist"] > cfg["gallery"]:
             problems.append(f"{key}.recall_k: k and the shortlist must not exceed the gallery")

@@ -21,6 +21,7 @@ which stops Snakemake before it builds its DAG, so Snakemake has no such rule.
 from __future__ import annotations
 
 from taskgeom.pipeline.config import get
+from taskgeom.pipeline.paths import ALL_SOURCES, SOURCE_INDEX, headline, plot_data, reads, source_params
 from taskgeom.pipeline.stage import PARAMS_OK, Collect, Plot, Stage, fill
 
 PKG = "src/taskgeom"
@@ -31,8 +32,6 @@ WORLD_FILES = {
     "mv_train": "data/world/mv_train.h5",
     "mv_test": "data/world/mv_test.h5",
 }
-
-SOURCE_INDEX = "data/sources/{source}.json"  # stages/sources.py; an image-reading stage depends on its sources'
 
 TARGET_SPLITS = ("train", "val", "test")
 DIAGNOSTIC_TABLES = ("table1", "power_iterations", "output_metric", "accuracy")
@@ -49,16 +48,6 @@ SPN_SUPERVISION = ("exact", "q1", "q")                                 # q: lear
 STEP, LOSS = "step", "loss (mean over each logging window)"
 PRUNE_SETTINGS = ("prune.ratios", "prune.seeds", "prune.images", "prune.batch_size", "prune.domains",
                   "prune.resolutions")
-
-
-def headline(stage: str, wildcard: str) -> str:
-    """A stage's headline figures, a DVC metric."""
-    return f"results/metrics/{stage}/{{{wildcard}}}.yaml"
-
-
-def plot_data(plot: str, wildcard: str) -> str:
-    """The rows of one plot of one item, in a directory per plot."""
-    return f"results/plots/{plot}/{{{wildcard}}}.yaml"
 
 
 def degradation(what: str) -> Plot:
@@ -167,14 +156,15 @@ STAGES: tuple[Stage, ...] = (
         name="vae",
         help="Train a VAE bottleneck before a dense decoder; report reconstruction quality and the latent "
              "probe's diagnostic beside the original probe's (paper §6).",
-        deps={"params_ok": PARAMS_OK, "mv_train": WORLD_FILES["mv_train"], "mv_test": WORLD_FILES["mv_test"],
+        deps={"params_ok": PARAMS_OK, **reads("vae", "train", "test"),
               "weights": "data/zoo/{vae.model}/model.safetensors", "config": "data/zoo/{vae.model}/config.json"},
         outs={"weights": "data/vae/{vae}/model.safetensors", "config": "data/vae/{vae}/config.json",
               "metrics": "results/vae/{vae}.json", "curve": "results/vae/{vae}_curve.csv",
               "headline": headline("vae", "vae"), "loss_plot": plot_data("vae-loss", "vae")},
         metrics=("headline",),
         plots={"loss_plot": Plot(STEP, VAE_TERMS, "VAE training loss and its terms", STEP, LOSS)},
-        params=("vae.{vae}", "diagnose.estimator", "learn.bootstrap", "device"),
+        params=("vae.{vae}", *source_params("vae", "train", "test"), "diagnose.estimator", "learn.bootstrap",
+                "device"),
         wildcard="vae",
         foreach="vae",
         keyed=True,
@@ -186,10 +176,11 @@ STAGES: tuple[Stage, ...] = (
         name="targets",
         help="Cache one probe's Jacobian targets (RandNLA top-r modes at q = 1 and params' q, e_t, ‖J_t‖_F², "
              "dense ones when small) for its train / val / test images in HDF5, resumably.",
-        deps={"params_ok": PARAMS_OK, **WORLD_FILES,
+        deps={"params_ok": PARAMS_OK, **reads("probe", *TARGET_SPLITS),
               "weights": "data/{probe.host}/model.safetensors", "config": "data/{probe.host}/config.json"},
         outs={split: f"data/targets/{{probe}}/{split}.h5" for split in TARGET_SPLITS},
-        params=("learn.probes.{probe}", "learn.targets", "learn.r", "device"),
+        params=("learn.probes.{probe}", *source_params("probe", *TARGET_SPLITS), "learn.targets", "learn.r",
+                "device"),
         wildcard="probe",
         foreach="learn.probes",
         keyed=True,
@@ -243,16 +234,18 @@ STAGES: tuple[Stage, ...] = (
               "spn_curves": Collect("results/spn/{item}_curve.csv", over="learn.spn"),
               "vae": Collect("results/vae/{item}.json", over="vae"),
               "vae_curves": Collect("results/vae/{item}_curve.csv", over="vae"),
-              "test": WORLD_FILES["test"],
+              "sources": ALL_SOURCES,
               "paper_numbers": "references/paper_numbers.yaml"},
         outs={**{f"{t}_{ext}": f"results/metric/{t}.{ext}" for t in METRIC_TABLES for ext in ("csv", "md", "tex")},
               **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in METRIC_FIGURES for ext in ("png", "pdf")}},
+
+        params=("sources", "learn.probes"),
     ),
     Stage(
         name="prune-cls",
         help="Token reduction in a frozen CLS model: importance-guided soft merge against ToMe, ToMe scoring, "
              "EViT and random; CLS degradation per ratio, domain and resolution, k-NN accuracy (§7.1).",
-        deps={"params_ok": PARAMS_OK, "train": WORLD_FILES["train"], "test": WORLD_FILES["test"],
+        deps={"params_ok": PARAMS_OK, **reads("cls", "rgb", "sketch", "bank"),
               "weights": "data/zoo/{cls.model}/model.safetensors", "config": "data/zoo/{cls.model}/config.json",
               "head_weights": "data/heads/{cls.head}/model.safetensors",
               "head_config": "data/heads/{cls.head}/config.json",
@@ -262,7 +255,8 @@ STAGES: tuple[Stage, ...] = (
               "degradation_plot": plot_data("prune-cls-degradation", "cls")},
         metrics=("headline",),
         plots={"degradation_plot": degradation("CLS degradation")},
-        params=("prune.cls.{cls}", *PRUNE_SETTINGS, "prune.knn", "learn.bootstrap", "device"),
+        params=("prune.cls.{cls}", *source_params("cls", "rgb", "sketch", "bank"), *PRUNE_SETTINGS, "prune.knn",
+                "learn.bootstrap", "device"),
         wildcard="cls",
         foreach="prune.cls",
         keyed=True,
@@ -272,7 +266,7 @@ STAGES: tuple[Stage, ...] = (
         name="prune-dense",
         help="Hard prune + Last-Layer Fusion in a frozen dense model: importance against ToMe, ToMe scoring, EViT "
              "and random per schedule, ratio, domain and resolution, LLF on and off (§7.2); Figure 2's maps.",
-        deps={"params_ok": PARAMS_OK, "test": WORLD_FILES["test"],
+        deps={"params_ok": PARAMS_OK, **reads("dense", "rgb", "sketch"),
               "weights": "data/zoo/{dense.model}/model.safetensors", "config": "data/zoo/{dense.model}/config.json",
               "head_weights": "data/heads/{dense.head}/model.safetensors",
               "head_config": "data/heads/{dense.head}/config.json", "targets": "data/targets/{dense.probe}/test.h5"},
@@ -281,7 +275,8 @@ STAGES: tuple[Stage, ...] = (
               "degradation_plot": plot_data("prune-dense-degradation", "dense")},
         metrics=("headline",),
         plots={"degradation_plot": degradation("additional SILog (first schedule, LLF)")},
-        params=("prune.dense.{dense}", *PRUNE_SETTINGS, "learn.bootstrap", "learn.probes", "learn.targets.power_iters",
+        params=("prune.dense.{dense}", *source_params("dense", "rgb", "sketch"), *PRUNE_SETTINGS, "learn.bootstrap",
+                "learn.probes", "learn.targets.power_iters",
                 "device"),
         wildcard="dense",
         foreach="prune.dense",
@@ -292,12 +287,13 @@ STAGES: tuple[Stage, ...] = (
         name="prune-speed",
         help="FLOPs removed and measured wall-clock speedup of every pruning method against the unpruned dense "
              "model, per ratio, schedule and resolution (scoring and reinsertion included).",
-        deps={"params_ok": PARAMS_OK, "test": WORLD_FILES["test"],
+        deps={"params_ok": PARAMS_OK, **reads("dense", "rgb"),
               "weights": "data/zoo/{dense.model}/model.safetensors", "config": "data/zoo/{dense.model}/config.json",
               "head_weights": "data/heads/{dense.head}/model.safetensors",
               "head_config": "data/heads/{dense.head}/config.json"},
         outs={"table": "results/prune/speed/{dense}.csv"},
-        params=("prune.dense.{dense}", "prune.ratios", "prune.seeds", "prune.domains", "prune.resolutions",
+        params=("prune.dense.{dense}", *source_params("dense", "rgb"), "prune.ratios", "prune.seeds", "prune.domains",
+                "prune.resolutions",
                 "prune.speed", "device"),
         wildcard="dense",
         foreach="prune.dense",
@@ -317,16 +313,18 @@ STAGES: tuple[Stage, ...] = (
               "dense": Collect("results/prune/dense/{item}.csv", over="prune.dense"),
               "dense_summary": Collect("results/prune/dense/{item}.json", over="prune.dense"),
               "speed": Collect("results/prune/speed/{item}.csv", over="prune.dense"),
-              "test": WORLD_FILES["test"],
+              "sources": ALL_SOURCES,
               "paper_numbers": "references/paper_numbers.yaml"},
         outs={**{f"{t}_{ext}": f"results/prune/{t}.{ext}" for t in PRUNE_TABLES for ext in ("csv", "md", "tex")},
               **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in PRUNE_FIGURES for ext in ("png", "pdf")}},
+
+        params=("sources",),
     ),
     Stage(
         name="retrieval",
         help="Train the Decoder Retrieval Metric of one probe (regression on decoder-output distances + distillation "
              "of token importance, and both ablations); rank test galleries by it, L2 and cosine (App. K).",
-        deps={"params_ok": PARAMS_OK, "train": WORLD_FILES["train"], "test": WORLD_FILES["test"],
+        deps={"params_ok": PARAMS_OK, **reads("retrieval", "train", "rgb", "sketch"),
               "weights": "data/zoo/{retrieval.model}/model.safetensors",
               "config": "data/zoo/{retrieval.model}/config.json",
               "targets": "data/targets/{retrieval.probe}/train.h5",
@@ -340,7 +338,8 @@ STAGES: tuple[Stage, ...] = (
         metrics=("headline",),
         plots={"loss_plot": Plot(STEP, RETRIEVAL_VARIANTS, "held-out regression loss per variant", STEP,
                                  "held-out regression loss")},
-        params=("retrieval.{retrieval}", "learn.bootstrap", "learn.targets.power_iters", "device"),
+        params=("retrieval.{retrieval}", *source_params("retrieval", "train", "rgb", "sketch"), "learn.bootstrap",
+                "learn.targets.power_iters", "device"),
         wildcard="retrieval",
         foreach="retrieval",
         keyed=True,
@@ -352,11 +351,13 @@ STAGES: tuple[Stage, ...] = (
              "paper's; predicted vs true decoder distance and example retrievals.",
         deps={"params_ok": PARAMS_OK, "metrics": Collect("results/retrieval/runs/{item}.json", over="retrieval"),
               "curves": Collect("results/retrieval/runs/{item}_curve.csv", over="retrieval"),
-              "test": WORLD_FILES["test"], "paper_numbers": "references/paper_numbers.yaml"},
+              "sources": ALL_SOURCES, "paper_numbers": "references/paper_numbers.yaml"},
         outs={**{f"{t}_{ext}": f"results/retrieval/{t}.{ext}" for t in RETRIEVAL_TABLES
                  for ext in ("csv", "md", "tex")},
               **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in RETRIEVAL_FIGURES
                  for ext in ("png", "pdf")}},
+
+        params=("sources",),
     ),
     Stage(
         name="report",

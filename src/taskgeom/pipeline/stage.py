@@ -122,10 +122,20 @@ def fill(template: str, stage_: Stage, value: str | None, params: dict | None = 
     if not stage_.wildcard or value is None:
         return template
     if stage_.keyed and f"{{{stage_.wildcard}." in template:
-        item = get(params, stage_.foreach)[value]
-        for key, field_value in item.items():
+        for key, field_value in fields(get(params, stage_.foreach)[value]).items():
             template = template.replace(f"{{{stage_.wildcard}.{key}}}", str(field_value))
     return template.replace(f"{{{stage_.wildcard}}}", value)
+
+
+def fields(item: dict, prefix: str = "") -> dict[str, object]:
+    """An item's settings by dotted key, nested mappings flattened: {"sources": {"rgb": "x"}}
+    -> {"sources": {...}, "sources.rgb": "x"} (DVC reads ``${item.sources.rgb}`` alike)."""
+    flat: dict[str, object] = {}
+    for key, v in item.items():
+        flat[prefix + key] = v
+        if isinstance(v, dict):
+            flat.update(fields(v, f"{prefix}{key}."))
+    return flat
 
 
 def param_keys(stage: Stage, params: dict, value: str | None) -> tuple[str, ...]:

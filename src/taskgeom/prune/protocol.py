@@ -4,7 +4,6 @@ and images, bootstrap interval, Wilcoxon signed-rank p of importance against eac
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,24 +12,32 @@ import torch
 from torch import Tensor
 
 from taskgeom.artifacts.metrics import eta_key, nest, wide, write_metrics, write_plot
-from taskgeom.data.splits import read_world
+from taskgeom.data.sources import Batch, Source, need, read_inputs
 from taskgeom.evaluate.stats import summarize, wilcoxon_p
 from taskgeom.metric import checkpoint
-from taskgeom.models import zoo
+from taskgeom.models import preprocess, zoo
 from taskgeom.models.host import freeze
 from taskgeom.models.vit import Grid
 from taskgeom.prune.scores import LearnedMetric
 
 DETERMINISTIC = frozenset({"tome_score", "tome", "evit"})   # the same output for every seed
-DOMAINS = ("rgb", "sketch")                                  # the world stores each render under its name
+DOMAINS = ("rgb", "sketch")          # a stage entry's sources.rgb / sources.sketch: photographs and their sketches
+ROLES = (*DOMAINS, "bank")             # and prune.cls's k-NN bank
 
 
 def load_host(inputs: dict[str, Path], device: str, dtype: torch.dtype = torch.float32):
-    """The frozen zoo model of the stage's ``weights`` / ``config`` inputs and its base token grid."""
+    """The frozen zoo model of the stage's ``weights`` / ``config`` inputs, its base token grid
+    (the zoo's ViT's, or the Grid its embedding reports: Depth-Anything-V2) and input side."""
     host = freeze(zoo.load(inputs["weights"], inputs["config"], device)).to(dtype)
-    arch = json.loads(Path(inputs["config"]).read_text())["architecture"]
-    side = arch["img_size"] // arch["patch_size"]
-    return host, Grid(host.vit.num_prefix_tokens, side, side), arch["img_size"]
+    size = int(zoo.entry(inputs["config"])["img_size"])
+    if hasattr(host, "vit"):
+        side = size // int(host.vit.patch_embed.patch_size[0])
+        return host, Grid(host.vit.num_prefix_tokens, side, side), size
+    with torch.no_grad():
+        _, grid = host.embed(torch.zeros(1, 3, size, size, dtype=dtype, device=device))
+    if not isinstance(grid, Grid):
+        raise TypeError(f"{inputs['config']}: its host has no timm ViT and its embedding gives no token Grid")
+    return host, grid, size
 
 
 def load_learned(inputs: dict[str, Path], seeds: list[int], base: Grid, device: str,
@@ -48,25 +55,24 @@ def load_learned(inputs: dict[str, Path], seeds: list[int], base: Grid, device: 
                              base, net) for s in seeds}
 
 
-def settings(prune: dict, base_resolution: int) -> list[tuple[str, int]]:
-    """(domain, resolution) pairs evaluated: every domain at the base resolution, then the
-    first domain at each further resolution."""
-    if prune["resolutions"][0] != base_resolution:
-        raise ValueError(f"prune.resolutions must start with the base resolution {base_resolution}, "
-                         f"got {prune['resolutions']}")
-    return ([(d, base_resolution) for d in prune["domains"]]
-            + [(prune["domains"][0], r) for r in prune["resolutions"][1:]])
+def settings(prune: dict) -> list[tuple[str, int]]:
+    """(domain, resolution) pairs evaluated: every domain at the base resolution (the first of
+    ``prune.resolutions``), then the first domain at each further resolution."""
+    base, *further = prune["resolutions"]
+    return [(d, base) for d in prune["domains"]] + [(prune["domains"][0], r) for r in further]
 
 
-def world_batch(path: Path, domain: str, resolution: int, limit: int,
-                keys: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
-    """The first ``limit`` images of a world split in ``domain`` at ``resolution``, plus ``keys``."""
-    if domain not in DOMAINS:
-        raise ValueError(f"prune.domains: unknown domain {domain!r}; known: {sorted(DOMAINS)}")
-    arrays = read_world(path, resolution, keys=(domain, *keys), limit=limit)
-    if len(arrays[domain]) < limit:
-        raise ValueError(f"prune.images: {limit} requested, {path} holds {len(arrays[domain])}")
-    return arrays
+def role_batch(inputs: dict[str, Path], sources: dict, host, role: str, resolution: int, count: int, what: str,
+               depth: bool = False) -> tuple[Batch, Source]:
+    """The first ``count`` items of the source of ``role`` (input ``source_<role>``: a domain or
+    the k-NN bank) through the host's preprocessing at side ``resolution`` (a world source's
+    render at that side), with ground-truth ``depth`` where asked and the source has it;
+    ``what`` names the params key of the count in errors."""
+    if role not in ROLES:
+        raise ValueError(f"prune.domains: unknown domain {role!r}; known: {sorted(DOMAINS)}")
+    source, prep = preprocess.open_for_host(inputs[f"source_{role}"], sources, host, zoo.entry(inputs["config"]),
+                                            f"sources of {role}", resolution)
+    return read_inputs(need(source, count, what), prep, depth=depth and source.has_depth), source
 
 
 def batched(fn: Callable[[Tensor], Tensor], x: Tensor, batch_size: int) -> Tensor:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -149,7 +148,7 @@ def run(ctx: StageContext) -> None:
     host = zoo.load(ctx.inputs["weights"], ctx.inputs["config"], ctx.device)
     metric = spec.get("output_metric", "euclidean")
     pm = ProbeMap(host, spec["decoder"], spec["layers"], "so3" if metric == "so3" else None)
-    entry = json.loads(Path(ctx.inputs["config"]).read_text())["architecture"]
+    entry = zoo.entry(ctx.inputs["config"])
     images, seen = probe_images(ctx, entry, host, settings["images"])
     images = images.to(ctx.device)
     probe0 = pm.at(images[0])

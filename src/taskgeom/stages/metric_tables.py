@@ -24,7 +24,7 @@ import yaml
 
 from taskgeom.artifacts.figures import plt, save_figure, series_styles
 from taskgeom.artifacts.tables import read_table, write_table
-from taskgeom.data.splits import read_world
+from taskgeom.data.sources import first_view, open_named
 from taskgeom.pipeline.runtime import StageContext
 
 ABLATION_KEYS = ("target", "w_rank", "train_images", "width", "heads", "layers", "steps")
@@ -156,8 +156,20 @@ def token_grid(n: int) -> tuple[int, int]:
     raise ValueError(f"{n} tokens do not form one square patch grid")
 
 
-def importance_figure(heads: list[dict], rgb: np.ndarray, outputs: dict[str, Path], provenance: dict,
-                      numbers: dict) -> None:
+def test_images(ctx: StageContext, heads: list[dict]) -> dict[str, dict[int, np.ndarray]]:
+    """probe -> {index: image} of the test items that its heads' examples show (the probe's
+    ``sources.test``, whose first items its cached test targets hold)."""
+    images: dict[str, dict[int, np.ndarray]] = {}
+    for h in heads:
+        if h.get("examples"):
+            name = ctx.params["learn"]["probes"][h["probe"]]["sources"]["test"]
+            source = open_named(name, ctx.inputs["sources"], ctx.params["sources"])
+            images.setdefault(h["probe"], {}).update({i: first_view(source[i].image) for i in h["examples"]["index"]})
+    return images
+
+
+def importance_figure(heads: list[dict], images: dict[str, dict[int, np.ndarray]], outputs: dict[str, Path],
+                      provenance: dict, numbers: dict) -> None:
     """Per probe's first head: input, target (log), prediction with its Spearman ρ, and the
     paper's ρ where it reports one for that kind of probe."""
     shown = [h for h in base_heads(heads).values() if h.get("examples")]
@@ -168,7 +180,7 @@ def importance_figure(heads: list[dict], rgb: np.ndarray, outputs: dict[str, Pat
         for j, i in enumerate(ex["index"]):
             pred, target = np.asarray(ex["predicted"][j]), np.asarray(ex["target"][j])
             prefix, side = token_grid(len(target))
-            axes[3 * p, j].imshow(rgb[i])
+            axes[3 * p, j].imshow(images[h["probe"]][i])
             axes[3 * p, j].set_title(f"{h['probe']} #{i}", fontsize=7)
             axes[3 * p + 1, j].imshow(np.log(np.maximum(target[prefix:], 1e-30)).reshape(side, side), cmap="magma")
             axes[3 * p + 1, j].set_title(f"target ({h['target']}, log)", fontsize=7)
@@ -235,8 +247,6 @@ def run(ctx: StageContext) -> None:
     for name, (df, cap) in tables.items():
         write_table(df, ctx.outputs[f"{name}_csv"], ctx.outputs[f"{name}_md"], ctx.outputs[f"{name}_tex"], caption=cap,
                     provenance=ctx.provenance())
-    count = max((max(h["examples"]["index"]) + 1 for h in heads if h.get("examples")), default=1)
-    rgb = read_world(ctx.inputs["test"], keys=("rgb",), limit=count)["rgb"]
-    importance_figure(heads, rgb, ctx.outputs, ctx.provenance(), numbers)
+    importance_figure(heads, test_images(ctx, heads), ctx.outputs, ctx.provenance(), numbers)
     curves = lambda kind: {Path(p).stem.removesuffix("_curve"): read_table(p) for p in ctx.inputs[f"{kind}_curves"]}
     curves_figure(heads, curves("head"), curves("spn"), curves("vae"), ctx.outputs, ctx.provenance())

@@ -18,7 +18,7 @@ import torch.nn.functional as F_
 
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
-from taskgeom.data.splits import to_input
+from taskgeom.data.sources import digest_of
 from taskgeom.evaluate.knn import knn_correct
 from taskgeom.models.host import run_decoder
 from taskgeom.pipeline.runtime import StageContext
@@ -28,10 +28,10 @@ from taskgeom.prune.protocol import (
     generator,
     load_host,
     load_learned,
+    role_batch,
     seed_runs,
     settings,
     summary_rows,
-    world_batch,
     write_degradation,
 )
 
@@ -50,18 +50,19 @@ def run(ctx: StageContext) -> None:
     cfg = p["cls"][name]
     boot = ctx.params["learn"]["bootstrap"]
     dtype = torch.float64
-    host, base, base_res = load_host(ctx.inputs, ctx.device, dtype)
+    host, base, _ = load_host(ctx.inputs, ctx.device, dtype)
+    base_res, count = p["resolutions"][0], cfg.get("images", p["images"])
     learned = load_learned(ctx.inputs, p["seeds"], base, ctx.device, dtype, spn=True)
     embed = lambda x: run_decoder(host, cfg["decoder"], x.to(ctx.device, dtype)).cpu()
-    train = world_batch(ctx.inputs["train"], "rgb", base_res, p["knn"]["bank_images"], keys=("label",))
-    bank = batched(embed, to_input(train["rgb"]), p["batch_size"])
-    bank_labels = torch.as_tensor(train["label"])
-    rows = []
-    for domain, res in settings(p, base_res):
-        data = world_batch(ctx.inputs["test"], domain, res, p["images"], keys=("label",))
-        x = to_input(data[domain])
+    sources = ctx.params["sources"]
+    train = role_batch(ctx.inputs, sources, host, "bank", base_res, p["knn"]["bank_images"], "prune.knn.bank_images")[0]
+    bank, bank_labels = batched(embed, train.x, p["batch_size"]), train.labels
+    rows, seen = [], {}
+    for domain, res in settings(p):
+        data, source = role_batch(ctx.inputs, sources, host, domain, res, count, "prune.images")
+        x, labels = data.x, data.labels
+        seen[f"{domain}@{res}"] = {"source": source.describe(), "input_sha256": digest_of(x)}
         y0 = batched(embed, x, p["batch_size"])
-        labels = torch.as_tensor(data["label"])
         base_setting = (domain, res) == (p["domains"][0], base_res)
         if base_setting:
             unpruned = float(knn_correct(bank, bank_labels, y0, labels, p["knn"]["k"],
@@ -93,5 +94,6 @@ def run(ctx: StageContext) -> None:
                          ", ".join(f"{m} {v.mean():.3g}" for m, v in values.items()))
     write_table(pd.DataFrame(rows), ctx.outputs["table"], provenance=ctx.provenance())
     write_json(ctx.outputs["summary"], {"model": name, **cfg, "knn_top1_unpruned": unpruned,
-                                        "images": p["images"], "seeds": p["seeds"], "provenance": ctx.provenance()})
+                                        "images": count, "seeds": p["seeds"],
+                                        "provenance": {**ctx.provenance(), "input": seen}})
     write_dvc_files(ctx, rows, p["domains"][0], base_res)

@@ -1,10 +1,13 @@
 """The ``prune-dense`` stage: hard prune + Last-Layer Fusion in a frozen dense-depth model
-(paper §7.2, Table 2 bottom, Tables 4 and 5, App. E.1), and the maps of the paper's Figure 2.
+(paper §7.2, Table 2 bottom, Tables 4 and 5, App. E.1), and the maps of the paper's Figure 2
+(where the first domain's images are those of the head's probe's cached test targets).
 
 For every schedule (the blocks after which tokens are removed), method, ratio η and seed, the
-pruned depth is compared with the unpruned depth (additional SILog ×100) and with the ground
-truth (SILog ×100), over pixels with valid depth. Settings: each domain at the base resolution,
-the first domain at the further resolutions, all with LLF; and the base setting without LLF.
+pruned depth is compared with the unpruned depth (additional SILog ×100) and, for sources with
+ground truth, with the ground truth (SILog ×100), over pixels with valid depth (every pixel
+without ground truth). Settings: each domain at the base resolution (the first of
+``prune.resolutions``), the first domain at the further resolutions, all with LLF; and the base
+setting without LLF.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ import torch
 
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
-from taskgeom.data.splits import to_input, world_max_depth
+from taskgeom.data.sources import digest_of
 from taskgeom.evaluate.stats import spearman
 from taskgeom.evaluate.tasks import silog, valid_depth
 from taskgeom.metric.targets import TargetFile
+from taskgeom.models import zoo
 from taskgeom.models.host import forward_states, run_decoder
 from taskgeom.pipeline.runtime import StageContext
 from taskgeom.prune.blocks import attention_block
@@ -28,16 +32,24 @@ from taskgeom.prune.protocol import (
     generator,
     load_host,
     load_learned,
+    role_batch,
     schedule_name,
     seed_runs,
     settings,
     summary_rows,
-    world_batch,
     write_degradation,
 )
 from taskgeom.prune.tome import tome_score
 
 EXAMPLES = 4  # test images of the Figure 2 maps
+
+
+def shows_targets(ctx: StageContext, cfg: dict, resolution: int) -> bool:
+    """Whether the first domain's base images are the head's probe's cached test images (its test
+    source at the zoo model's side), so that Figure 2's maps can be scored against their targets."""
+    probe = ctx.params["learn"]["probes"][cfg["probe"]]
+    return (probe["sources"]["test"] == cfg["sources"][ctx.params["prune"]["domains"][0]]
+            and resolution == int(zoo.entry(ctx.inputs["config"])["img_size"]))
 
 
 def figure_maps(ctx: StageContext, host, cfg: dict, learned, base, x: torch.Tensor, depth: np.ndarray) -> dict:
@@ -81,21 +93,25 @@ def run(ctx: StageContext) -> None:
     p = ctx.params["prune"]
     cfg = p["dense"][name]
     boot = ctx.params["learn"]["bootstrap"]
-    host, base, base_res = load_host(ctx.inputs, ctx.device)
+    host, base, _ = load_host(ctx.inputs, ctx.device)
+    base_res, count = p["resolutions"][0], cfg.get("images", p["images"])
     learned = load_learned(ctx.inputs, p["seeds"], base, ctx.device)
     decoder = cfg["decoder"]
-    max_depth = world_max_depth(ctx.inputs["test"])
-    rows, examples = [], None
-    runs = [(d, r, True) for d, r in settings(p, base_res)] + [(p["domains"][0], base_res, False)]
+    rows, examples, seen = [], None, {}
+    runs = [(d, r, True) for d, r in settings(p)] + [(p["domains"][0], base_res, False)]
     for domain, res, llf in runs:
-        data = world_batch(ctx.inputs["test"], domain, res, p["images"], keys=("depth",))
-        x, gt = to_input(data[domain]), torch.as_tensor(data["depth"])
-        shape = gt.shape
-        mask = valid_depth(gt, max_depth)
-        depth0 = batched(lambda b: run_decoder(host, decoder, b.to(ctx.device)).cpu(), x, p["batch_size"]).view(shape)
-        if examples is None:
+        batch, source = role_batch(ctx.inputs, ctx.params["sources"], host, domain, res, count, "prune.images",
+                                   depth=True)
+        x, gt = batch.x, batch.depth
+        seen[f"{domain}@{res}"] = {"source": source.describe(), "input_sha256": digest_of(x)}
+        depth0 = batched(lambda b: run_decoder(host, decoder, b.to(ctx.device)).cpu(), x, p["batch_size"])
+        depth0 = depth0.view(len(x), *x.shape[-2:])
+        shape = depth0.shape
+        # pixels with valid ground truth; without ground truth (ImageNet), every pixel against the unpruned depth
+        mask = valid_depth(gt, source.max_depth) if gt is not None else torch.ones(shape, dtype=torch.bool)
+        if examples is None and (domain, res, llf) == runs[0] and shows_targets(ctx, cfg, res):
             examples = figure_maps(ctx, host, cfg, learned[p["seeds"][0]], base, x, depth0.numpy())
-        unpruned_gt = (100.0 * silog(depth0, gt, mask)).mean().item()
+        unpruned_gt = (100.0 * silog(depth0, gt, mask)).mean().item() if gt is not None else None
         for schedule in cfg["schedules"]:
             for ratio in p["ratios"]:
                 add, vs_gt = {}, {}
@@ -109,18 +125,19 @@ def run(ctx: StageContext) -> None:
                                 gen).cpu(),
                                 x, p["batch_size"]).view(shape)
                             add_s = (100.0 * silog(depth, depth0, mask)).numpy()
-                            gt_s = (100.0 * silog(depth, gt, mask)).numpy()
+                            gt_s = (100.0 * silog(depth, gt, mask)).numpy() if gt is not None else None
                         a.append(add_s)
                         g.append(gt_s)
                     add[method], vs_gt[method] = np.stack(a), np.stack(g)
                 common = {"model": name, "domain": domain, "resolution": res, "schedule": schedule_name(schedule),
                           "llf": llf, "ratio": ratio}
                 rows += [{**common, "metric": "add_silog", **r} for r in summary_rows(add, boot)]
-                rows += [{**common, "metric": "silog_gt", "unpruned": unpruned_gt, **r}
-                         for r in summary_rows(vs_gt, boot)]
+                if gt is not None:
+                    rows += [{**common, "metric": "silog_gt", "unpruned": unpruned_gt, **r}
+                             for r in summary_rows(vs_gt, boot)]
                 ctx.log.info("%s %s@%d %s llf=%s η=%.2f: %s", name, domain, res, schedule_name(schedule), llf, ratio,
                              ", ".join(f"{m} {v.mean():.3g}" for m, v in add.items()))
     write_table(pd.DataFrame(rows), ctx.outputs["table"], provenance=ctx.provenance())
-    write_json(ctx.outputs["summary"], {"model": name, **cfg, "images": p["images"], "seeds": p["seeds"],
-                                        "examples": examples, "provenance": ctx.provenance()})
+    write_json(ctx.outputs["summary"], {"model": name, **cfg, "images": count, "seeds": p["seeds"],
+                                        "examples": examples, "provenance": {**ctx.provenance(), "input": seen}})
     write_dvc_files(ctx, rows, p["domains"][0], base_res, schedule_name(cfg["schedules"][0]))

@@ -9,24 +9,23 @@ from __future__ import annotations
 import pandas as pd
 
 from taskgeom.artifacts.tables import write_table
-from taskgeom.data.splits import to_input
 from taskgeom.evaluate.cost import count_flops, interleaved_wall_clock
 from taskgeom.models.host import run_decoder
 from taskgeom.pipeline.runtime import StageContext, machine
 from taskgeom.prune.llf import pruned_forward
-from taskgeom.prune.protocol import generator, load_host, load_learned, schedule_name, world_batch
+from taskgeom.prune.protocol import generator, load_host, load_learned, role_batch, schedule_name
 
 
 def run(ctx: StageContext) -> None:
     name = ctx.wildcard
     p = ctx.params["prune"]
     cfg = p["dense"][name]
-    host, base, base_res = load_host(ctx.inputs, ctx.device)
+    host, base, _ = load_host(ctx.inputs, ctx.device)
     learned = load_learned(ctx.inputs, p["seeds"][:1], base, ctx.device)[p["seeds"][0]]
     rows = []
     for res in p["resolutions"]:
-        x = to_input(world_batch(ctx.inputs["test"], p["domains"][0], res, p["speed"]["images"])[p["domains"][0]])
-        x = x.to(ctx.device)
+        x = role_batch(ctx.inputs, ctx.params["sources"], host, p["domains"][0], res, p["speed"]["images"],
+                       "prune.speed.images")[0].x.to(ctx.device)
         unpruned = lambda b=x: run_decoder(host, cfg["decoder"], b)
         base_flops = count_flops(lambda: unpruned(x[:1]), host)
         for schedule in cfg["schedules"]:

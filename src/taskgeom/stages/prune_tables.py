@@ -26,7 +26,7 @@ import yaml
 from taskgeom.artifacts.atomic import write_text
 from taskgeom.artifacts.figures import PAPER, plt, save_figure, series_styles
 from taskgeom.artifacts.tables import ALPHA, add_effects, comparison, read_table, write_table
-from taskgeom.data.splits import read_world
+from taskgeom.data.sources import open_named
 from taskgeom.pipeline.runtime import StageContext
 
 TABLE2_METHODS = ("random", "tome_score", "importance")
@@ -310,8 +310,10 @@ def maps_figure(ctx, summaries: list[dict], numbers: dict) -> None:
     ex = examples[0]["examples"] if examples else None
     n = len(ex["importance"]) if ex else 1
     fig, axes = plt.subplots(4, n, figsize=(2.3 * n, 9.0), squeeze=False)
-    if ex:
-        rgb = read_world(ctx.inputs["test"], keys=("rgb",), limit=n)["rgb"]
+    if ex:  # the first images of the first setting (the first domain at the base resolution)
+        name = next(iter(examples[0]["provenance"]["input"].values()))["source"]["name"]
+        source = open_named(name, ctx.inputs["sources"], ctx.params["sources"])
+        rgb = [source[j].image for j in range(n)]
         rows, cols = ex["grid"]
         for j in range(n):
             axes[0][j].imshow(rgb[j])

@@ -18,6 +18,7 @@ import copy
 import json
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pandas as pd
 import torch
@@ -26,12 +27,13 @@ from torch import Tensor
 from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
-from taskgeom.data.splits import read_world, to_input
+from taskgeom.data.hdf5 import read_attr_json
+from taskgeom.data.sources import digest_of, need, read_inputs
 from taskgeom.evaluate.stats import summarize
 from taskgeom.metric import checkpoint
 from taskgeom.metric.head import head_loss
 from taskgeom.metric.targets import TargetFile
-from taskgeom.models import zoo
+from taskgeom.models import preprocess, zoo
 from taskgeom.models.host import forward_states, freeze, param_count, run_decoder
 from taskgeom.pipeline.runtime import StageContext
 from taskgeom.retrieval.drm import (
@@ -126,8 +128,16 @@ def training_data(ctx: StageContext, cfg: dict, host) -> tuple[TargetFile, Tenso
     q = ctx.params["learn"]["targets"]["power_iters"]
     layer = cfg["layer"]
     cache = TargetFile.open(ctx.inputs["targets"])
-    train_rgb = read_world(ctx.inputs["train"], keys=("rgb",), limit=cache.num_items)["rgb"]
-    F, log_depth = encode(host, cfg["decoder"], layer, to_input(train_rgb))
+    what = f"retrieval.{ctx.wildcard}.sources.train"
+    source, prep = preprocess.open_for_host(ctx.inputs["source_train"], ctx.params["sources"], host,
+                                            zoo.entry(ctx.inputs["config"]), what)
+    source = need(source, cache.num_items, what)
+    with h5py.File(cache.path, "r") as f:
+        cached_keys = read_attr_json(f, "source")["keys_sha256"] if "source" in f.attrs else None
+    if cached_keys != source.describe()["keys_sha256"]:
+        raise ValueError(f"retrieval.{ctx.wildcard}.sources.train: {source.name!r} is not the source of {cache.path}'s "
+                         "images (the probe's learn.probes sources.train); name that source")
+    F, log_depth = encode(host, cfg["decoder"], layer, read_inputs(source, prep).x)
     cached = cache.read(("features", f"q{q}/importance"))
     if not np.allclose(F[:4].numpy(), cached["features"][:4], atol=1e-4):
         raise ValueError(f"{cache.path}: its features are not this model's layer-{layer} features of the first "
@@ -170,14 +180,17 @@ def method_rows(domain: str, pred: dict[str, np.ndarray], true: np.ndarray, cali
 
 
 def evaluate_domain(ctx: StageContext, cfg: dict, host, models: dict, calibration: dict,
-                    domain: str) -> tuple[list[dict], list[dict], dict]:
-    """Queries against the gallery on ``domain``: its rows, example rankings and scatter sample."""
+                    domain: str) -> tuple[list[dict], list[dict], dict, dict]:
+    """Queries against the gallery on ``domain``: its rows, example rankings, scatter sample, and
+    what was read (the source's first queries + gallery items, which the rankings index)."""
     n_q, n_g = cfg["queries"], cfg["gallery"]
-    images = read_world(ctx.inputs["test"], keys=(domain,), limit=n_q + n_g)[domain]
-    if len(images) < n_q + n_g:
-        raise ValueError(f"retrieval.{ctx.wildcard}: queries + gallery = {n_q + n_g} test images requested, "
-                         f"{ctx.inputs['test']} holds {len(images)}")
-    Ft, log_t = encode(host, cfg["decoder"], cfg["layer"], to_input(images))
+    what = f"retrieval.{ctx.wildcard}.sources.{domain}"
+    source, prep = preprocess.open_for_host(ctx.inputs[f"source_{domain}"], ctx.params["sources"], host,
+                                            zoo.entry(ctx.inputs["config"]), what)
+    source = need(source, n_q + n_g, f"retrieval.{ctx.wildcard}: queries + gallery")
+    x = read_inputs(source, prep).x
+    seen = {"source": source.describe(), "preprocess": prep.describe(), "input_sha256": digest_of(x)}
+    Ft, log_t = encode(host, cfg["decoder"], cfg["layer"], x)
     Fq, Fg = Ft[:n_q], Ft[n_q:]
     true = silog_matrix(log_t[:n_q], log_t[n_q:]).numpy()
     pred = {m: distances(m, models, Fq, Fg) for m in (*VARIANTS, *BASELINES)}
@@ -191,7 +204,7 @@ def evaluate_domain(ctx: StageContext, cfg: dict, host, models: dict, calibratio
                  "cosine": (n_q + np.argsort(pred["cosine"][i], kind="stable")[:5]).tolist(),
                  "true": (n_q + np.argsort(true[i], kind="stable")[:5]).tolist()}
                 for i in range(cfg["examples"])]
-    return rows, examples, scatter
+    return rows, examples, scatter, seen
 
 
 def write_dvc_files(ctx: StageContext, rows: list[dict], curves: list[dict]) -> None:
@@ -228,9 +241,10 @@ def run(ctx: StageContext) -> None:
     methods = (*VARIANTS, *BASELINES)
     calibration = {m: fit_calibration(distances(m, models, held, held)[upper], true_held[upper]) for m in methods}
 
-    rows, examples, scatter = [], {}, {}
+    rows, examples, scatter, seen = [], {}, {}, {}
     for domain in cfg["domains"]:
-        domain_rows, examples[domain], scatter[domain] = evaluate_domain(ctx, cfg, host, models, calibration, domain)
+        domain_rows, examples[domain], scatter[domain], seen[domain] = evaluate_domain(ctx, cfg, host, models,
+                                                                                        calibration, domain)
         rows += domain_rows
         ctx.log.info("%s %s: ρ %s", name, domain, ", ".join(f"{r['method']} {r.get('rho_mean', float('nan')):.3f}"
                                                             for r in rows if r["domain"] == domain))
@@ -242,5 +256,5 @@ def run(ctx: StageContext) -> None:
     write_json(ctx.outputs["metrics"], {
         "name": name, **cfg, "parameters": param_count(drm), "train_images": len(train_ids),
         "holdout_images": len(held_ids), "calibration": calibration, "rows": rows, "examples": examples,
-        "scatter": scatter, "provenance": ctx.provenance()})
+        "scatter": scatter, "provenance": {**ctx.provenance(), "input": seen}})
     write_dvc_files(ctx, rows, curves)

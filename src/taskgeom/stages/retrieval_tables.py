@@ -19,7 +19,7 @@ import yaml
 
 from taskgeom.artifacts.figures import plt, save_figure, series_styles
 from taskgeom.artifacts.tables import write_table
-from taskgeom.data.splits import read_world
+from taskgeom.data.sources import open_named
 from taskgeom.pipeline.runtime import StageContext
 
 METHODS = ("drm", "l2", "cosine")
@@ -66,14 +66,17 @@ def examples_figure(ctx: StageContext, results: list[dict]) -> None:
     fig, axes = plt.subplots(n_rows, 11, figsize=(16.5, 1.6 * n_rows), squeeze=False)
     if ex:
         needed = max(max(e["query"], *e["drm"], *e["cosine"]) for e in ex) + 1
-        world = read_world(ctx.inputs["test"], keys=(domain, "depth"), limit=needed)
+        source = open_named(res["provenance"]["input"][domain]["source"]["name"], ctx.inputs["sources"],
+                            ctx.params["sources"]).first(needed)
         for k, e in enumerate(ex):
             items = [e["query"], *e["drm"], *e["cosine"]]
             labels = ["query"] + [f"DRM {i + 1}" for i in range(5)] + [f"cosine {i + 1}" for i in range(5)]
             for j, (idx, label) in enumerate(zip(items, labels)):
-                axes[2 * k][j].imshow(world[domain][idx])
+                item = source[idx]
+                axes[2 * k][j].imshow(item.image)
                 axes[2 * k][j].set_title(label, fontsize=7)
-                axes[2 * k + 1][j].imshow(world["depth"][idx], cmap="viridis_r")
+                if item.depth is not None:  # ground truth where the source has it
+                    axes[2 * k + 1][j].imshow(item.depth, cmap="viridis_r")
     for ax in axes.ravel():
         ax.set_xticks([])
         ax.set_yticks([])

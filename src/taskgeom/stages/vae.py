@@ -1,7 +1,7 @@
 """The ``vae`` stage (paper §6): train the VAE bottleneck on a frozen host's decoder-input
 features, then report what it costs and what it buys.
 
-- Training: features of the multi-view training groups, computed by the frozen host per batch;
+- Training: features of the training groups (``sources.train``, every item), computed by the frozen host per batch;
   loss = standardised feature MSE + task_weight · |log depth(X̂) − log depth(X)| + beta · KL.
 - Reconstruction quality of the task output on held-out groups: δ1 and AbsRel of the depth
   decoded from the reconstructed features (posterior mean) against the depth from the original ones.
@@ -14,7 +14,6 @@ The saved checkpoint is a self-contained zoo host of kind ``latent`` (host weigh
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict
 
@@ -25,12 +24,12 @@ import torch
 from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
-from taskgeom.data.splits import read_world, to_input
+from taskgeom.data.sources import InputDigest, need, read_inputs
 from taskgeom.diagnostics import diagnose
 from taskgeom.evaluate.stats import summarize
 from taskgeom.metric.fit import LOG_EVERY
 from taskgeom.metric.vae import feature_statistics, vae_loss
-from taskgeom.models import zoo
+from taskgeom.models import preprocess, zoo
 from taskgeom.models.host import freeze, param_count, use_math_attention
 from taskgeom.models.latent import FeatureVAE, LatentHost, TokenLayout, decoder_features, token_layout
 from taskgeom.models.train import learning_rate
@@ -126,12 +125,20 @@ def write_dvc_files(ctx: StageContext, quality: dict, latent: dict, original: di
 def run(ctx: StageContext) -> None:
     cfg = ctx.params["vae"][ctx.wildcard]
     boot = ctx.params["learn"]["bootstrap"]
-    base_config = json.loads(ctx.inputs["config"].read_text())["architecture"]
+    base_config = zoo.entry(ctx.inputs["config"])
     base = freeze(use_math_attention(zoo.load(ctx.inputs["weights"], ctx.inputs["config"], ctx.device)))
     if cfg["decoder"] not in base.decoders or cfg["decoder"] == "camera":
         raise ValueError(f"vae.decoder: {cfg['decoder']!r} is not a dense decoder of {cfg['model']}")
-    train_x = to_input(read_world(ctx.inputs["mv_train"], keys=("rgb",))["rgb"])
-    test_x = to_input(read_world(ctx.inputs["mv_test"], keys=("rgb",), limit=cfg["eval_images"])["rgb"])
+    seen, inputs = {}, {}
+    for role, count in (("train", None), ("test", cfg["eval_images"])):
+        what = f"vae.{ctx.wildcard}.sources.{role}"
+        source, prep = preprocess.open_for_host(ctx.inputs[f"source_{role}"], ctx.params["sources"], base, base_config,
+                                                what)
+        digest = InputDigest()
+        inputs[role] = read_inputs(source if count is None else need(source, count, "vae.eval_images"), prep,
+                                   digest=digest).x
+        seen[role] = preprocess.seen(source, prep, digest)
+    train_x, test_x = inputs["train"], inputs["test"]
     host, vae, layout, X = build_vae(ctx, cfg, base, train_x)
     latent_dim = vae.registers * cfg["token_dim"]
     curve = train_vae(ctx, cfg, host, vae, train_x)
@@ -159,6 +166,6 @@ def run(ctx: StageContext) -> None:
         "feature_dim": X.shape[2], "parameters": param_count(vae), "eval_groups": len(test_x),
         "reconstruction": quality, "diagnose_groups": len(images), "latent_probe": latent,
         "original_probe": original_probe, "erank_reduction": original_probe["erank"]["mean"] / latent["erank"]["mean"],
-        "provenance": ctx.provenance()})
+        "provenance": {**ctx.provenance(), "input": seen}})
     write_table(pd.DataFrame(curve), ctx.outputs["curve"], provenance=ctx.provenance())
     write_dvc_files(ctx, quality, latent, original_probe, curve)
