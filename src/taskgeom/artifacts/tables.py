@@ -33,7 +33,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: table not found (run the stage that makes it first)")
     _, body = split_header(path.read_text(), ".csv")
-    return pd.read_csv(io.StringIO(body))
+    return pd.read_csv(io.StringIO(body)) if body.strip() else pd.DataFrame()  # a table of no rows or columns
 
 
 

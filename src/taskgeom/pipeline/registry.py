@@ -25,13 +25,7 @@ from taskgeom.pipeline.paths import ALL_SOURCES, SOURCE_INDEX, headline, plot_da
 from taskgeom.pipeline.stage import PARAMS_OK, Collect, Plot, Stage, fill
 
 PKG = "src/taskgeom"
-WORLD_FILES = {
-    "train": "data/world/train.h5",
-    "val": "data/world/val.h5",
-    "test": "data/world/test.h5",
-    "mv_train": "data/world/mv_train.h5",
-    "mv_test": "data/world/mv_test.h5",
-}
+WORLD_FILES = {split: f"data/world/{split}.h5" for split in ("train", "val", "test", "mv_train", "mv_test")}
 
 TARGET_SPLITS = ("train", "val", "test")
 DIAGNOSTIC_TABLES = ("table1", "power_iterations", "output_metric", "accuracy")
@@ -46,6 +40,8 @@ RETRIEVAL_VARIANTS = ("drm", "no_regression", "no_distillation")     # stages/re
 VAE_TERMS = ("loss", "recon", "task", "kl")                            # the VAE loss and its terms
 SPN_SUPERVISION = ("exact", "q1", "q")                                 # q: learn.targets.power_iters
 STEP, LOSS = "step", "loss (mean over each logging window)"
+COLLECTED = ("zoo.models", "diagnose.probes", "vae", "learn.spn", "learn.heads", "prune.cls", "prune.dense",
+             "retrieval", "sources")  # the params lists and mappings that Collect inputs range over
 PRUNE_SETTINGS = ("prune.ratios", "prune.seeds", "prune.images", "prune.batch_size", "prune.domains",
                   "prune.resolutions")
 
@@ -61,6 +57,7 @@ STAGES: tuple[Stage, ...] = (
         help="Validate params.yaml against the schema before anything else runs (every stage depends on it).",
         deps={"params": "params.yaml", "schema": f"{PKG}/params.schema.yaml"},
         outs={"ok": PARAMS_OK},
+        params=COLLECTED,  # it makes room for the collections a profile leaves empty
         dvc_only=True,
     ),
     Stage(

@@ -94,6 +94,8 @@ FIGURE_CAPTIONS = {
 }
 
 
+NO_ROWS = "_No rows: this profile runs nothing that this table reports._"
+
 SECTIONS = (
     Section("Data", "data_summary",
             "The synthetic RGB-D world as stored: splits, views, resolutions, class balance and depth statistics.",
@@ -211,7 +213,8 @@ def render(ctx: StageContext) -> str:
         elif section.pivots:
             out += [split_header(Path(path).with_suffix(".md").read_text(), ".md")[1], ""]
         else:
-            out += [read_table(path).to_markdown(index=False, floatfmt=".4g"), ""]
+            table = read_table(path)
+            out += [table.to_markdown(index=False, floatfmt=".4g") if len(table) else NO_ROWS, ""]
         paper = section.paper(numbers) if section.paper else ""
         if paper.strip():
             out += ["**Paper (Bond et al.):**" + ("\n\n" if paper.startswith("|") else " ") + paper, ""]

@@ -1,0 +1,210 @@
+"""The paper profile's cost on one GPU: an estimate from measured FLOPs and product counts, not a
+GPU run (README, "Reproducing the paper").
+
+For each stage of params/paper.yaml, its work in FLOPs:
+
+- forward FLOPs per image of each host at each side it runs at: ``torch.utils.flop_counter`` on
+  random weights of the real architecture (``build_paper_model``);
+- one Jacobian product (JVP or VJP, one column) in FLOPs: counted on the DINOv2-B/14 CLS probe at
+  block 10, 224 px, as a multiple of that probe's forward, and applied to every probe's forward;
+- products per image: what ``diagnose`` and ``image_targets`` count with the profile's settings on
+  a stand-in probe of the same shape class (the count depends on the settings and on
+  min(M, N·D) ≤ ``learn.targets.exact.max_dim`` only, not on the model);
+- pruning: one full forward per image, setting, schedule, ratio and method run (an upper bound:
+  pruned forwards cost less), plus each setting's unpruned reference;
+- training of heads, SPNs and the DRM: 6 · parameters · tokens · batch · steps.
+
+VGGT's stages (its probes, the VAE, the latent probe) are listed and left out of the sum: no
+installable package builds it. Time = FLOPs / (peak · utilisation), at the A40's FP32 peak (the
+paper's GPU) and an assumed utilisation; memory: the peak resident memory of this process while
+it takes one JVP and one VJP of Depth-Anything-V2 at 518 px (the largest single-image product).
+
+    python benchmarks/paper_estimate.py [--utilisation 0.35] [--peak-tflops 37.4]
+
+Results: results/benchmarks/paper_estimate.{csv,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from taskgeom.artifacts.atomic import write_text
+from taskgeom.diagnostics import diagnose
+from taskgeom.evaluate.cost import count_flops
+from taskgeom.linalg.operator import JacobianOperator
+from taskgeom.metric.head import ImportanceHead
+from taskgeom.metric.spn import SpectralPullbackNetwork
+from taskgeom.metric.targets import image_targets
+from taskgeom.models.adapters import build_paper_model
+from taskgeom.models.host import param_count, run_decoder
+from taskgeom.pipeline import config
+from taskgeom.pipeline.runtime import code_version
+from taskgeom.probes import Probe, ProbeMap
+
+OUT = Path("results/benchmarks")
+VGGT = "vggt"
+DETERMINISTIC = 3  # tome_score, tome, evit: one run for all seeds (prune.protocol.DETERMINISTIC)
+
+
+def host_for(params: dict, model: str) -> tuple[torch.nn.Module, int]:
+    entry = params["zoo"][model]
+    return build_paper_model(entry["adapter"]).eval(), int(entry["img_size"])
+
+
+def forward_gflops(host: torch.nn.Module, decoder: str, side: int) -> float:
+    x = torch.zeros(1, 3, side, side)
+    with torch.no_grad():
+        return count_flops(lambda: run_decoder(host, decoder, x), host) / 1e9
+
+
+def product_factor() -> float:
+    """FLOPs of one JVP and one VJP column, mean, over one forward of the same probe."""
+    pm = ProbeMap(build_paper_model("dinov2-b14").eval(), "cls", [10])
+    probe = pm.at(torch.randn(3, 224, 224, generator=torch.Generator().manual_seed(0)))
+    op = JacobianOperator(probe.f, probe.F)
+    forward = count_flops(lambda: probe.f(probe.F))
+    jvp = count_flops(lambda: op.matvec(torch.randn(op.in_dim, 1)))
+    vjp = count_flops(lambda: op.rmatvec(torch.randn(1, op.out_dim)))
+    return (jvp + vjp) / 2 / forward
+
+
+def stand_in(N: int, D: int, M: int) -> Probe:
+    """A cheap probe of the given shape: the estimators count the same products on it."""
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(M, N * D, generator=g) / (N * D) ** 0.5
+    return Probe(F=torch.randn(N, D, generator=g), f=lambda X: torch.tanh(A @ X.flatten()), layers=(0,),
+                 tokens_per_layer=N)
+
+
+def products_per_image(params: dict, exact: bool) -> tuple[int, int]:
+    """(diagnose, targets) products per image with the profile's settings."""
+    est, t, r = params["diagnose"]["estimator"], params["learn"]["targets"], params["learn"]["r"]
+    small = min(params["learn"]["targets"]["exact"]["max_dim"], 768)
+    probe = stand_in(8, 128, small if exact else 256)
+    d = diagnose(probe.f, probe.F, r=est["r"], num_probes=est["num_probes"], power_iters=est["power_iters"])
+    rows = image_targets(probe, r, tuple(sorted({1, t["power_iters"]})), t["oversample"], t["block_norm_probes"], 0,
+                         exact)
+    return d.products, int(rows["products"])
+
+
+def training_pflops(params_count: int, tokens: int, batch: int, steps: int) -> float:
+    return 6 * params_count * tokens * batch * steps / 1e15
+
+
+def stage_rows(params: dict, factor: float) -> list[dict]:
+    rows, gf, hosts = [], {}, {}
+
+    def fwd(model: str, decoder: str, side: int | None = None) -> float:
+        if model not in hosts:
+            hosts[model] = host_for(params, model)
+        host, size = hosts[model]
+        key = (model, decoder, side or size)
+        if key not in gf:
+            gf[key] = forward_gflops(host, decoder, side or size)
+        return gf[key]
+
+    def add(stage: str, item: str, pflops: float, images: int, note: str = "") -> None:
+        rows.append({"stage": stage, "item": item, "images": images, "pflops": pflops, "note": note})
+
+    diag_products, _ = products_per_image(params, exact=False)
+    for name, p in params["diagnose"]["probes"].items():
+        if p["model"] == VGGT:
+            add("diagnose", name, float("nan"), params["diagnose"]["images"], "VGGT: not estimated")
+            continue
+        n = params["diagnose"]["images"]
+        add("diagnose", name, n * diag_products * factor * fwd(p["model"], p["decoder"]) / 1e6, n,
+            f"{diag_products} products/image")
+    t = params["learn"]["targets"]
+    for name, p in params["learn"]["probes"].items():
+        kind, model = p["host"].split("/", 1)
+        n = sum({**t["images"], **p.get("images", {})}.values())
+        if kind == "vae":
+            add("targets", name, float("nan"), n, "VGGT latent: not estimated")
+            continue
+        host, size = host_for(params, model) if model not in hosts else hosts[model]
+        probe = ProbeMap(host, p["decoder"], p["layers"]).at(torch.zeros(3, size, size))
+        N, D = probe.F.shape
+        M = int(probe.f(probe.F).numel())
+        exact = min(M, N * D) <= t["exact"]["max_dim"]
+        _, per_image = products_per_image(params, exact)
+        add("targets", name, n * per_image * factor * fwd(model, p["decoder"]) / 1e6, n,
+            f"{per_image} products/image (N={N}, D={D}, M={M}, dense: {exact})")
+        width = {**params["learn"]["head_defaults"]}
+        heads = [h for h in params["learn"]["heads"].values() if h["probe"] == name]
+        for h in heads:
+            cfg = {**width, **h}
+            count = param_count(ImportanceHead(N, D, cfg["width"], cfg["heads"], cfg["layers"]))
+            add("head", f"{name} ({len(cfg['seeds'])} seeds)",
+                len(cfg["seeds"]) * training_pflops(count, N, cfg["batch_size"], cfg["steps"]), cfg["train_images"])
+        if name in params["learn"]["spn"]:
+            s = params["learn"]["spn"][name]
+            count = param_count(SpectralPullbackNetwork(N, D, params["learn"]["r"], s["width"], s["depth"], s["heads"]))
+            add("spn", name, 3 * len(s["seeds"]) * training_pflops(count, N, s["batch_size"], s["steps"]),
+                t["images"]["train"], "three supervisions")
+    prune = params["prune"]
+    runs = lambda methods: sum(1 if m in ("tome_score", "tome", "evit") else len(prune["seeds"]) for m in methods)
+    base, *further = prune["resolutions"]
+    for name, c in prune["cls"].items():
+        n = c.get("images", prune["images"])
+        settings = [base] * len(prune["domains"]) + further
+        per = sum(fwd(c["model"], c["decoder"], s) for s in settings) * (1 + len(prune["ratios"]) * runs(c["methods"]))
+        bank = prune["knn"]["bank_images"] * fwd(c["model"], c["decoder"], base)
+        add("prune-cls", name, (n * per + bank) / 1e6, n, "full forwards (upper bound)")
+    for name, c in prune["dense"].items():
+        n = c.get("images", prune["images"])
+        settings = [base] * len(prune["domains"]) + further + [base]  # + the base setting without LLF
+        per = sum(fwd(c["model"], c["decoder"], s) for s in settings)
+        per *= 1 + len(c["schedules"]) * len(prune["ratios"]) * runs(c["methods"])
+        add("prune-dense", name, n * per / 1e6, n, "full forwards (upper bound)")
+    for name, c in params["retrieval"].items():
+        n = sum({**t["images"], **params["learn"]["probes"][c["probe"]].get("images", {})}.values())
+        enc = (n + len(c["domains"]) * (c["queries"] + c["gallery"])) * fwd(c["model"], c["decoder"]) / 1e6
+        add("retrieval", name, enc, n, "encoding; the DRM's training is small beside it")
+    for name, v in params["vae"].items():
+        add("vae", name, float("nan"), v["eval_images"], "VGGT: not estimated")
+    return rows
+
+
+def peak_memory_gib() -> float:
+    """Peak resident memory after one JVP and one VJP of Depth-Anything-V2 at 518 px (its depth probe)."""
+    host = build_paper_model("depth-anything-v2").eval()
+    probe = ProbeMap(host, "depth", [10]).at(torch.zeros(3, 518, 518))
+    op = JacobianOperator(probe.f, probe.F)
+    op.matvec(torch.randn(op.in_dim, 1))
+    op.rmatvec(torch.randn(1, op.out_dim))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--params", default="params/paper.yaml")
+    ap.add_argument("--peak-tflops", type=float, default=37.4, help="FP32 peak (A40: 37.4)")
+    ap.add_argument("--utilisation", type=float, default=0.35, help="assumed share of the peak sustained")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    params = config.load(args.params)
+    factor = product_factor()
+    table = pd.DataFrame(stage_rows(params, factor))
+    rate = args.peak_tflops * args.utilisation * 1e12
+    table["gpu_hours"] = table["pflops"] * 1e15 / rate / 3600
+    total = table["gpu_hours"].sum()
+    memory = peak_memory_gib()
+    OUT.mkdir(parents=True, exist_ok=True)
+    table.to_csv(OUT / "paper_estimate.csv", index=False)
+    head = (f"An estimate, not a measurement (taskgeom {code_version()}, torch {torch.__version__}): FLOPs counted on "
+            f"random weights of the real architectures; one Jacobian product = {factor:.2f} forwards; "
+            f"{args.peak_tflops} TFLOP/s FP32 peak at {args.utilisation:.0%} utilisation. "
+            f"Total {table['pflops'].sum():.1f} PFLOP, {total:.1f} GPU-hours (VGGT's stages not included). "
+            f"Peak memory of one Depth-Anything-V2 product at 518 px (CPU resident): {memory:.1f} GiB.")
+    write_text(OUT / "paper_estimate.md", head + "\n\n" + table.to_markdown(index=False, floatfmt=".3g") + "\n")
+    print(head)
+    print(table.groupby("stage")[["pflops", "gpu_hours"]].sum().to_string())
+
+
+if __name__ == "__main__":
+    main()
