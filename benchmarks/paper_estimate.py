@@ -48,7 +48,6 @@ from taskgeom.probes import Probe, ProbeMap
 
 OUT = Path("results/benchmarks")
 VGGT = "vggt"
-DETERMINISTIC = 3  # tome_score, tome, evit: one run for all seeds (prune.protocol.DETERMINISTIC)
 
 
 def host_for(params: dict, model: str) -> tuple[torch.nn.Module, int]:
@@ -68,7 +67,7 @@ def product_factor() -> float:
     probe = pm.at(torch.randn(3, 224, 224, generator=torch.Generator().manual_seed(0)))
     op = JacobianOperator(probe.f, probe.F)
     forward = count_flops(lambda: probe.f(probe.F))
-    jvp = count_flops(lambda: op.matvec(torch.randn(op.in_dim, 1)))
+    jvp = count_flops(lambda: op.matvec(torch.randn(1, *probe.F.shape)))
     vjp = count_flops(lambda: op.rmatvec(torch.randn(1, op.out_dim)))
     return (jvp + vjp) / 2 / forward
 
@@ -96,78 +95,105 @@ def training_pflops(params_count: int, tokens: int, batch: int, steps: int) -> f
     return 6 * params_count * tokens * batch * steps / 1e15
 
 
-def stage_rows(params: dict, factor: float) -> list[dict]:
-    rows, gf, hosts = [], {}, {}
+class Estimate:
+    """Rows of (stage, item, images, PFLOP, note), with each host's forward GFLOPs counted once."""
 
-    def fwd(model: str, decoder: str, side: int | None = None) -> float:
-        if model not in hosts:
-            hosts[model] = host_for(params, model)
-        host, size = hosts[model]
+    def __init__(self, params: dict, factor: float) -> None:
+        self.params, self.factor, self.rows = params, factor, []
+        self.hosts: dict[str, tuple[torch.nn.Module, int]] = {}
+        self.gflops: dict[tuple, float] = {}
+
+    def host(self, model: str) -> tuple[torch.nn.Module, int]:
+        if model not in self.hosts:
+            self.hosts[model] = host_for(self.params, model)
+        return self.hosts[model]
+
+    def fwd(self, model: str, decoder: str, side: int | None = None) -> float:
+        host, size = self.host(model)
         key = (model, decoder, side or size)
-        if key not in gf:
-            gf[key] = forward_gflops(host, decoder, side or size)
-        return gf[key]
+        if key not in self.gflops:
+            self.gflops[key] = forward_gflops(host, decoder, side or size)
+        return self.gflops[key]
 
-    def add(stage: str, item: str, pflops: float, images: int, note: str = "") -> None:
-        rows.append({"stage": stage, "item": item, "images": images, "pflops": pflops, "note": note})
+    def add(self, stage: str, item: str, pflops: float, images: int, note: str = "") -> None:
+        self.rows.append({"stage": stage, "item": item, "images": images, "pflops": pflops, "note": note})
 
-    diag_products, _ = products_per_image(params, exact=False)
-    for name, p in params["diagnose"]["probes"].items():
+
+def diagnose_rows(e: Estimate) -> None:
+    products, _ = products_per_image(e.params, exact=False)
+    n = e.params["diagnose"]["images"]
+    for name, p in e.params["diagnose"]["probes"].items():
         if p["model"] == VGGT:
-            add("diagnose", name, float("nan"), params["diagnose"]["images"], "VGGT: not estimated")
-            continue
-        n = params["diagnose"]["images"]
-        add("diagnose", name, n * diag_products * factor * fwd(p["model"], p["decoder"]) / 1e6, n,
-            f"{diag_products} products/image")
-    t = params["learn"]["targets"]
-    for name, p in params["learn"]["probes"].items():
+            e.add("diagnose", name, float("nan"), n, "VGGT: not estimated")
+        else:
+            e.add("diagnose", name, n * products * e.factor * e.fwd(p["model"], p["decoder"]) / 1e6, n,
+                  f"{products} products/image")
+
+
+def learn_rows(e: Estimate) -> None:
+    learn = e.params["learn"]
+    t = learn["targets"]
+    for name, p in learn["probes"].items():
         kind, model = p["host"].split("/", 1)
         n = sum({**t["images"], **p.get("images", {})}.values())
         if kind == "vae":
-            add("targets", name, float("nan"), n, "VGGT latent: not estimated")
+            e.add("targets", name, float("nan"), n, "VGGT latent: not estimated")
             continue
-        host, size = host_for(params, model) if model not in hosts else hosts[model]
+        host, size = e.host(model)
         probe = ProbeMap(host, p["decoder"], p["layers"]).at(torch.zeros(3, size, size))
         N, D = probe.F.shape
         M = int(probe.f(probe.F).numel())
         exact = min(M, N * D) <= t["exact"]["max_dim"]
-        _, per_image = products_per_image(params, exact)
-        add("targets", name, n * per_image * factor * fwd(model, p["decoder"]) / 1e6, n,
-            f"{per_image} products/image (N={N}, D={D}, M={M}, dense: {exact})")
-        width = {**params["learn"]["head_defaults"]}
-        heads = [h for h in params["learn"]["heads"].values() if h["probe"] == name]
-        for h in heads:
-            cfg = {**width, **h}
-            count = param_count(ImportanceHead(N, D, cfg["width"], cfg["heads"], cfg["layers"]))
-            add("head", f"{name} ({len(cfg['seeds'])} seeds)",
-                len(cfg["seeds"]) * training_pflops(count, N, cfg["batch_size"], cfg["steps"]), cfg["train_images"])
-        if name in params["learn"]["spn"]:
-            s = params["learn"]["spn"][name]
-            count = param_count(SpectralPullbackNetwork(N, D, params["learn"]["r"], s["width"], s["depth"], s["heads"]))
-            add("spn", name, 3 * len(s["seeds"]) * training_pflops(count, N, s["batch_size"], s["steps"]),
-                t["images"]["train"], "three supervisions")
-    prune = params["prune"]
+        _, per_image = products_per_image(e.params, exact)
+        e.add("targets", name, n * per_image * e.factor * e.fwd(model, p["decoder"]) / 1e6, n,
+              f"{per_image} products/image (N={N}, D={D}, M={M}, dense: {exact})")
+        for head, h in learn["heads"].items():
+            cfg = {**learn["head_defaults"], **h}
+            if h["probe"] == name:
+                count = param_count(ImportanceHead(N, D, cfg["width"], cfg["heads"], cfg["layers"]))
+                e.add("head", head, len(cfg["seeds"]) * training_pflops(count, N, cfg["batch_size"], cfg["steps"]),
+                      cfg["train_images"], f"{len(cfg['seeds'])} seeds, {count} parameters")
+        if name in learn["spn"]:
+            s = learn["spn"][name]
+            count = param_count(SpectralPullbackNetwork(N, D, learn["r"], s["width"], s["depth"], s["heads"]))
+            e.add("spn", name, 3 * len(s["seeds"]) * training_pflops(count, N, s["batch_size"], s["steps"]),
+                  t["images"]["train"], "three supervisions")
+
+
+def prune_rows(e: Estimate) -> None:
+    prune = e.params["prune"]
     runs = lambda methods: sum(1 if m in ("tome_score", "tome", "evit") else len(prune["seeds"]) for m in methods)
     base, *further = prune["resolutions"]
     for name, c in prune["cls"].items():
         n = c.get("images", prune["images"])
         settings = [base] * len(prune["domains"]) + further
-        per = sum(fwd(c["model"], c["decoder"], s) for s in settings) * (1 + len(prune["ratios"]) * runs(c["methods"]))
-        bank = prune["knn"]["bank_images"] * fwd(c["model"], c["decoder"], base)
-        add("prune-cls", name, (n * per + bank) / 1e6, n, "full forwards (upper bound)")
+        per = sum(e.fwd(c["model"], c["decoder"], s) for s in settings)
+        per *= 1 + len(prune["ratios"]) * runs(c["methods"])
+        bank = prune["knn"]["bank_images"] * e.fwd(c["model"], c["decoder"], base)
+        e.add("prune-cls", name, (n * per + bank) / 1e6, n, "full forwards (upper bound)")
     for name, c in prune["dense"].items():
         n = c.get("images", prune["images"])
         settings = [base] * len(prune["domains"]) + further + [base]  # + the base setting without LLF
-        per = sum(fwd(c["model"], c["decoder"], s) for s in settings)
+        per = sum(e.fwd(c["model"], c["decoder"], s) for s in settings)
         per *= 1 + len(c["schedules"]) * len(prune["ratios"]) * runs(c["methods"])
-        add("prune-dense", name, n * per / 1e6, n, "full forwards (upper bound)")
-    for name, c in params["retrieval"].items():
-        n = sum({**t["images"], **params["learn"]["probes"][c["probe"]].get("images", {})}.values())
-        enc = (n + len(c["domains"]) * (c["queries"] + c["gallery"])) * fwd(c["model"], c["decoder"]) / 1e6
-        add("retrieval", name, enc, n, "encoding; the DRM's training is small beside it")
-    for name, v in params["vae"].items():
-        add("vae", name, float("nan"), v["eval_images"], "VGGT: not estimated")
-    return rows
+        e.add("prune-dense", name, n * per / 1e6, n, "full forwards (upper bound)")
+
+
+def other_rows(e: Estimate) -> None:
+    t = e.params["learn"]["targets"]
+    for name, c in e.params["retrieval"].items():
+        n = sum({**t["images"], **e.params["learn"]["probes"][c["probe"]].get("images", {})}.values())
+        enc = (n + len(c["domains"]) * (c["queries"] + c["gallery"])) * e.fwd(c["model"], c["decoder"]) / 1e6
+        e.add("retrieval", name, enc, n, "encoding; the DRM's training is small beside it")
+    for name, v in e.params["vae"].items():
+        e.add("vae", name, float("nan"), v["eval_images"], "VGGT: not estimated")
+
+
+def stage_rows(params: dict, factor: float) -> list[dict]:
+    e = Estimate(params, factor)
+    for rows in (diagnose_rows, learn_rows, prune_rows, other_rows):
+        rows(e)
+    return e.rows
 
 
 def peak_memory_gib() -> float:
@@ -175,7 +201,7 @@ def peak_memory_gib() -> float:
     host = build_paper_model("depth-anything-v2").eval()
     probe = ProbeMap(host, "depth", [10]).at(torch.zeros(3, 518, 518))
     op = JacobianOperator(probe.f, probe.F)
-    op.matvec(torch.randn(op.in_dim, 1))
+    op.matvec(torch.randn(1, *probe.F.shape))
     op.rmatvec(torch.randn(1, op.out_dim))
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 

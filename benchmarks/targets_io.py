@@ -27,7 +27,8 @@ import pandas as pd
 import torch
 
 from taskgeom.artifacts.atomic import write_text
-from taskgeom.data.sources import need, read_inputs
+from taskgeom.data.batches import read_inputs
+from taskgeom.data.sources import need
 from taskgeom.metric.fit import fit
 from taskgeom.metric.head import ImportanceHead, head_loss
 from taskgeom.metric.targets import SPLITS, TargetFile, image_targets

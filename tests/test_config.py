@@ -63,6 +63,12 @@ def test_params_yaml_is_the_default_profile():
     (lambda p: p.update(sources={"s": {"kind": "imagenet_sketch", "path": "x", "subset": {"count": 0, "seed": 0}}}),
      "sources.s.subset.count"),
     (lambda p: p.update(sources={"Bad Name": {"kind": "folder", "path": "x"}}), "sources"),
+    (lambda p: p.update(sources={"v": {"kind": "folder", "path": "x", "views": 2}}), "sources.v"),
+    (lambda p: p["learn"]["probes"]["cls-embed-l4"].update(sources={"train": "nowhere", "val": "world-val",
+                                                                      "test": "world-test"}),
+     "learn.probes.cls-embed-l4.sources.train"),
+    (lambda p: p["prune"]["cls"]["tiny-cls"]["sources"].update(bank="nowhere"), "prune.cls.tiny-cls.sources.bank"),
+    (lambda p: p["retrieval"]["tiny-dpt"]["sources"].pop("sketch"), "retrieval.tiny-dpt.sources"),
 ])
 def test_invalid_values_are_rejected_naming_the_key(params: dict, mutate, named: str):
     bad = copy.deepcopy(params)
@@ -81,6 +87,8 @@ def test_every_source_kind_validates(params: dict):
         "imagenet-sketch": {"kind": "imagenet_sketch", "path": "/data/sketch"},
         "nyu": {"kind": "nyu_depth_v2", "path": "/data/nyu.mat", "splits": "/data/splits.mat", "split": "test"},
         "mine": {"kind": "folder", "path": "~/photos"},
+        "scenes": {"kind": "sequences", "path": "/data/scenes", "views": 4, "range": [0, 100]},
+        "held-out": {"kind": "imagenet_val", "path": "/data/val", "subset": {"count": 200, "seed": 0, "offset": 2000}},
     }
     config.validate(params, "params.yaml")
 

@@ -12,8 +12,9 @@ import pytest
 import torch
 from PIL import Image
 
+from taskgeom.data.batches import InputDigest, batches
 from taskgeom.data.hdf5 import KIND_ATTR, new_file
-from taskgeom.data.sources import InputDigest, SourceError, batches, open_source, stratified_subset
+from taskgeom.data.sources import SourceError, open_source, stratified_subset
 from taskgeom.data.splits import read_world, to_input
 from taskgeom.data.world import render_split
 from taskgeom.models.preprocess import world
@@ -134,3 +135,44 @@ def test_bad_sources_are_refused_naming_the_key_and_file(tmp_path, folder):
     source = open_source("c", {"c": {"kind": "folder", "path": str(corrupt.parent)}})
     with pytest.raises(SourceError, match=r"broken\.jpg: expected a JPEG or PNG image"):
         source.check()
+
+
+def test_a_folder_of_sequences_gives_view_groups_and_refuses_short_or_ragged_ones(tmp_path):
+    root = tmp_path / "seqs"
+    known = {}
+    for g in range(3):
+        for v in range(3):  # one spare view per group: only the first `views` by name are read
+            path = root / f"scene{g}" / f"{v:02d}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            known[path] = _pixels(10 * g + v, 12, 18)
+            Image.fromarray(known[path]).save(path)
+    source = open_source("mv", {"mv": {"kind": "sequences", "path": str(root), "views": 2}})
+    assert len(source) == 3 and source[1].image.shape == (2, 12, 18, 3)
+    assert np.array_equal(source[1].image[1], known[root / "scene1" / "01.png"])
+    batch = next(batches(source, world(8).image, batch_size=3))
+    assert batch.x.shape == (3, 2, 3, 8, 8)
+    with pytest.raises(SourceError, match=r"sources\.mv\.views: .*scene0 holds 3 images, 4 needed"):
+        open_source("mv", {"mv": {"kind": "sequences", "path": str(root), "views": 4}})
+    Image.fromarray(_pixels(99, 10, 10)).save(root / "scene2" / "00.png")
+    with pytest.raises(SourceError, match=r"sources\.mv: the views of .*scene2 differ in size"):
+        open_source("mv", {"mv": {"kind": "sequences", "path": str(root)}})[2]
+
+
+def test_a_range_windows_the_items_and_offsets_give_disjoint_stratified_subsets(tmp_path):
+    root = tmp_path / "classes"
+    for c in range(4):
+        for k in range(6):
+            (root / f"c{c}").mkdir(parents=True, exist_ok=True)
+            Image.fromarray(_pixels(c * 10 + k, 8, 8)).save(root / f"c{c}" / f"{k}.png")
+    spec = {"kind": "imagenet_sketch", "path": str(root)}
+    full = open_source("s", {"s": spec})
+    tail = open_source("s", {"s": {**spec, "range": [-5, None]}})
+    assert tail.keys == full.keys[-5:]
+    parts = [open_source("s", {"s": {**spec, "subset": {"count": 8, "seed": 1, "offset": o}}}) for o in (0, 8, 16)]
+    keys = [set(p.keys) for p in parts]
+    assert not (keys[0] & keys[1] or keys[0] & keys[2] or keys[1] & keys[2]) and len(set.union(*keys)) == 24
+    assert all(sorted(np.bincount(p.labels).tolist()) == [2, 2, 2, 2] for p in parts)  # each stratified
+    with pytest.raises(SourceError, match=r"sources\.s\.subset\.count: 8 requested, the source holds 4 after"):
+        open_source("s", {"s": {**spec, "subset": {"count": 8, "seed": 1, "offset": 20}}})
+    with pytest.raises(SourceError, match=r"sources\.s\.range: \[30, None\] selects none"):
+        open_source("s", {"s": {**spec, "range": [30, None]}})

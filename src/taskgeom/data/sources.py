@@ -14,6 +14,9 @@ Kinds and their keys:
 - ``nyu_depth_v2``: NYU-Depth-V2's labeled ``.mat`` (``path``; ``splits``: its
   ``splits.mat``, with ``split``: train or test), RGB and metric depth.
 - ``folder``: any folder of png/jpg images, searched recursively, without labels.
+- ``sequences``: a folder of image sequences for a multi-view host (VGGT's input), one
+  sub-folder per group, its first ``views`` images by file name as one (V, H, W, 3) item
+  (the views of a group share a size); without labels.
 
 ``range: [start, stop]`` keeps a window of the items in source order (Python slice bounds,
 null for an open end: ``[-16, null]`` is the last 16). ``subset: {count, seed, offset}`` then
@@ -29,17 +32,15 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
-import torch
 from PIL import Image
-from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from taskgeom.data.hdf5 import StoreError, open_store, read_attr_json
 from taskgeom.data.real import (
@@ -50,7 +51,7 @@ from taskgeom.data.real import (
     read_nyu_split,
 )
 
-KINDS = ("world", "imagenet_val", "imagenet_sketch", "nyu_depth_v2", "folder")
+KINDS = ("world", "imagenet_val", "imagenet_sketch", "nyu_depth_v2", "folder", "sequences")
 WORLD_DIR = "data/world"
 DEPTH_KINDS = ("world", "nyu_depth_v2")  # kinds whose items carry ground-truth depth
 NYU_MAX_DEPTH = 10.0  # metres: the evaluation cap of NYU-Depth-V2 (Eigen et al. 2014)
@@ -254,9 +255,31 @@ def _folder(name: str, spec: Mapping[str, Any]) -> Source:
                   lambda i: Item(read_rgb(paths[i]), -1, None, str(paths[i])), None)
 
 
+def _sequences(name: str, spec: Mapping[str, Any]) -> Source:
+    root, views = _need_path(name, spec, directory=True), int(spec.get("views", 2))
+    groups = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        frames = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
+        if len(frames) < views:
+            raise SourceError(f"sources.{name}.views: {folder} holds {len(frames)} images, {views} needed per group")
+        groups.append(frames[:views])
+    if not groups:
+        raise SourceError(f"sources.{name}.path: {root} holds no sub-folders of images (one per sequence)")
+
+    def read(i: int) -> Item:
+        frames = [read_rgb(f) for f in groups[i]]
+        if len({f.shape for f in frames}) > 1:
+            raise SourceError(f"sources.{name}: the views of {groups[i][0].parent} differ in size "
+                              f"({sorted({f.shape[:2] for f in frames})})")
+        return Item(np.stack(frames), -1, None, str(groups[i][0].parent))
+
+    keys = [str(g[0].parent) for g in groups]
+    return Source(name, spec, keys, np.full(len(keys), -1, np.int64), read, None)
+
+
 OPENERS: dict[str, Callable[[str, Mapping[str, Any]], Source]] = {
     "world": _world, "imagenet_val": _imagenet_val, "imagenet_sketch": _class_folders, "nyu_depth_v2": _nyu,
-    "folder": _folder,
+    "folder": _folder, "sequences": _sequences,
 }
 
 
@@ -303,94 +326,8 @@ def first_view(image: np.ndarray) -> np.ndarray:
     return image[0] if image.ndim == 4 else image
 
 
-# --------------------------------------------------------------------------- batches for a host
-
-
-@dataclass
-class Batch:
-    """Preprocessed items: ``x`` (B, 3, S, S) or (B, V, 3, S, S), ``labels`` (B,), ``depth``
-    (B, S, S) / (B, V, S, S) or None, ``keys`` their origins."""
-
-    x: Tensor
-    labels: Tensor
-    depth: Tensor | None
-    keys: list[str]
-
-
-class _Prepared(Dataset):
-    """A source's items through a host's image (and depth) transform."""
-
-    def __init__(self, source: Source, image: Callable[[np.ndarray], Tensor],
-                 depth: Callable[[np.ndarray], Tensor] | None) -> None:
-        self.source, self.image, self.depth = source, image, depth
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def _each(self, fn: Callable[[np.ndarray], Tensor], array: np.ndarray, views: bool) -> Tensor:
-        return torch.stack([fn(a) for a in array]) if views else fn(array)
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        item = self.source[index]
-        views = item.image.ndim == 4
-        out = {"x": self._each(self.image, item.image, views), "label": item.label, "key": item.key}
-        if self.depth is not None:
-            if item.depth is None:
-                raise SourceError(f"sources.{self.source.name}: {item.key} has no depth (a dense task needs it)")
-            out["depth"] = self._each(self.depth, item.depth, views)
-        return out
-
-
-def batches(source: Source, image: Callable[[np.ndarray], Tensor], batch_size: int,
-            depth: Callable[[np.ndarray], Tensor] | None = None, workers: int = 0) -> Iterator[Batch]:
-    """The source's items in order, preprocessed, ``batch_size`` at a time (``workers`` reader processes)."""
-    loader = DataLoader(_Prepared(source, image, depth), batch_size=batch_size, shuffle=False, num_workers=workers)
-    for b in loader:
-        yield Batch(b["x"], b["label"], b.get("depth"), list(b["key"]))
-
-
-def read_inputs(source: Source, prep: Any, batch_size: int = 64, depth: bool = False,
-                digest: InputDigest | None = None) -> Batch:
-    """Every item of ``source`` through ``prep`` (``.image`` and, with ``depth``, ``.depth``) as
-    one batch, stored ``channels_last``; ``digest`` sees every input."""
-    parts = list(batches(source, prep.image, batch_size, prep.depth if depth else None))
-    x = channels_last(torch.cat([p.x for p in parts]))
-    if digest is not None:
-        digest.update(x)
-    return Batch(x, torch.cat([p.labels for p in parts]),
-                 torch.cat([p.depth for p in parts]) if depth else None, [k for p in parts for k in p.keys])
-
-
-def channels_last(x: Tensor) -> Tensor:
-    """(..., 3, H, W) with the images' own HWC memory layout (strides (…, 1, 3W, 3)): the layout the
-    zoo's inputs have always had, so convolutions take the same path and give the same bits."""
-    return x.movedim(-3, -1).contiguous().movedim(-1, -3)
-
-
 def need(source: Source, count: int, what: str) -> Source:
     """The source's first ``count`` items; refused, naming the params key ``what``, if it holds fewer."""
     if len(source) < count:
         raise SourceError(f"{what}: {count} requested, source {source.name!r} holds {len(source)}")
     return source.first(count)
-
-
-class InputDigest:
-    """sha256 over the float32 bytes of every preprocessed input, in order: what a stage saw."""
-
-    def __init__(self) -> None:
-        self._hash, self.items = hashlib.sha256(), 0
-
-    def update(self, x: Tensor) -> Tensor:
-        self._hash.update(x.detach().to(torch.float32).contiguous().numpy().tobytes())
-        self.items += len(x)
-        return x
-
-    def hexdigest(self) -> str:
-        return self._hash.hexdigest()
-
-
-def digest_of(x: Tensor) -> str:
-    """``InputDigest`` of one batch."""
-    digest = InputDigest()
-    digest.update(x)
-    return digest.hexdigest()

@@ -61,6 +61,28 @@ def files_under(paths: Iterable[Path]) -> list[Path]:
     return found
 
 
+def commit_targets(addresses: list[str], everything: set[str]) -> list[str]:
+    """``dvc commit`` targets for ``addresses``: none when they are every stage (``check-params``
+    aside, which ran just before), else each foreach group whose instances all are (``head`` for
+    ``head@a``, ``head@b``, ...) and the rest one by one. DVC's cost grows with the number of
+    targets it resolves, far beyond the cost of committing."""
+    chosen = set(addresses)
+    if chosen >= everything:
+        return []
+    groups: dict[str, set[str]] = {}
+    for a in everything:
+        groups.setdefault(a.split("@")[0], set()).add(a)
+    targets = []
+    for a in addresses:
+        group = a.split("@")[0]
+        if "@" in a and groups[group] <= chosen:
+            if group not in targets:
+                targets.append(group)
+        else:
+            targets.append(a)
+    return targets
+
+
 def commit_to_dvc(commands: Iterable[str], root: Path = Path(".")) -> list[str]:
     """Record in DVC the stages whose command is among ``commands`` (the up-to-date jobs of a
     Snakemake run) and whose outputs all exist; return their addresses.
@@ -70,8 +92,8 @@ def commit_to_dvc(commands: Iterable[str], root: Path = Path(".")) -> list[str]:
     """
     if not (root / ".dvc").is_dir() or not (root / "dvc.yaml").is_file():
         return []
-    done = set(commands)
-    stages = [(a, outs) for a, cmd, outs in dvc_stages(root)
+    done, known = set(commands), dvc_stages(root)
+    stages = [(a, outs) for a, cmd, outs in known
               if a != CHECK_PARAMS and cmd in done and all(o.exists() for o in outs)]
     if not stages:
         return []
@@ -79,8 +101,10 @@ def commit_to_dvc(commands: Iterable[str], root: Path = Path(".")) -> list[str]:
     stamps = {f: f.stat() for f in outputs}
     quiet = {"cwd": root, "check": True, "stdout": subprocess.DEVNULL}
     subprocess.run(["dvc", "repro", "--quiet", CHECK_PARAMS], **quiet)
+    everything = {a for a, _, _ in known} - {CHECK_PARAMS}
     try:
-        subprocess.run(["dvc", "commit", "--force", "--quiet", *(a for a, _ in stages)], **quiet)
+        subprocess.run(["dvc", "commit", "--force", "--quiet", *commit_targets([a for a, _ in stages], everything)],
+                       **quiet)
     finally:
         for f, st in stamps.items():
             if f.exists():

@@ -12,7 +12,8 @@ import torch
 from torch import Tensor
 
 from taskgeom.artifacts.metrics import eta_key, nest, wide, write_metrics, write_plot
-from taskgeom.data.sources import Batch, Source, need, read_inputs
+from taskgeom.data.batches import Batch, read_inputs
+from taskgeom.data.sources import Source, need
 from taskgeom.evaluate.stats import summarize, wilcoxon_p
 from taskgeom.metric import checkpoint
 from taskgeom.models import preprocess, zoo

@@ -18,7 +18,7 @@ import torch.nn.functional as F_
 
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
-from taskgeom.data.sources import digest_of
+from taskgeom.data.batches import digest_of
 from taskgeom.evaluate.knn import knn_correct
 from taskgeom.models.host import run_decoder
 from taskgeom.pipeline.runtime import StageContext

@@ -18,7 +18,7 @@ import torch
 
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
-from taskgeom.data.sources import digest_of
+from taskgeom.data.batches import digest_of
 from taskgeom.evaluate.stats import spearman
 from taskgeom.evaluate.tasks import silog, valid_depth
 from taskgeom.metric.targets import TargetFile

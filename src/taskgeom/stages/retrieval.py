@@ -27,8 +27,9 @@ from torch import Tensor
 from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
+from taskgeom.data.batches import digest_of, read_inputs
 from taskgeom.data.hdf5 import read_attr_json
-from taskgeom.data.sources import digest_of, need, read_inputs
+from taskgeom.data.sources import need
 from taskgeom.evaluate.stats import summarize
 from taskgeom.metric import checkpoint
 from taskgeom.metric.head import head_loss

@@ -17,8 +17,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from taskgeom.data.batches import read_inputs
 from taskgeom.data.hdf5 import ResumableH5
-from taskgeom.data.sources import Source, need, read_inputs
+from taskgeom.data.sources import Source, need
 from taskgeom.metric.targets import KIND, SPLIT_SEED_OFFSET, SPLITS, image_targets
 from taskgeom.models import preprocess, zoo
 from taskgeom.pipeline.runtime import StageContext

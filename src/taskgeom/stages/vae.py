@@ -24,7 +24,8 @@ import torch
 from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
-from taskgeom.data.sources import InputDigest, need, read_inputs
+from taskgeom.data.batches import InputDigest, read_inputs
+from taskgeom.data.sources import need
 from taskgeom.diagnostics import diagnose
 from taskgeom.evaluate.stats import summarize
 from taskgeom.metric.fit import LOG_EVERY
