@@ -82,10 +82,12 @@ PRUNE_CLS = {f"prune-cls@{name}" for name in SMOKE["prune"]["cls"]}
 PRUNE_DENSE = {f"prune-dense@{name}" for name in SMOKE["prune"]["dense"]}
 PRUNE_SPEED = {f"prune-speed@{name}" for name in SMOKE["prune"]["dense"]}
 RETRIEVAL = {f"retrieval@{name}" for name in SMOKE["retrieval"]}
+TABLES_OPENING_SOURCES = ("metric-tables", "prune-tables", "retrieval-tables")  # they read params' sources
 PERTURB = {  # one change under each params key a stage declares, and the stages that read it
     "world": (lambda p: p["world"].update(seed=p["world"]["seed"] + 1), {"fetch"}),
     "sources.world-mv-test": (lambda p: p["sources"]["world-mv-test"].update(domain="sketch"),
-                              {"sources@world-mv-test", *MV_PROBES}),
+                              {"sources@world-mv-test", *MV_PROBES, "vae@mv-depth", "targets@mv-depth-latent",
+                               *TABLES_OPENING_SOURCES}),
     "zoo.tiny-cls": (lambda p: p["zoo"]["tiny-cls"].update(lr=p["zoo"]["tiny-cls"]["lr"] * 2), {"zoo@tiny-cls"}),
     "zoo.tiny-mv": (lambda p: p["zoo"]["tiny-mv"].update(steps=p["zoo"]["tiny-mv"]["steps"] + 1), {"zoo@tiny-mv"}),
     "zoo.models": (lambda p: p["zoo"]["models"].reverse(), {"zoo-table"}),
@@ -108,7 +110,7 @@ PERTURB = {  # one change under each params key a stage declares, and the stages
     "learn.targets.power_iters": (lambda p: p["learn"]["targets"].update(power_iters=3),
                                   {*TARGETS, *HEADS, *SPNS, *PRUNE_DENSE, *RETRIEVAL}),
     "learn.probes.cls-embed-l4": (lambda p: p["learn"]["probes"]["cls-embed-l4"].update(layers=[3]),
-                                  {"targets@cls-embed-l4", *PRUNE_DENSE}),
+                                  {"targets@cls-embed-l4", *PRUNE_DENSE, "metric-tables"}),
     "learn.bootstrap": (lambda p: p["learn"]["bootstrap"].update(seed=1),
                         {"vae@mv-depth", *HEADS, *SPNS, *PRUNE_CLS, *PRUNE_DENSE, *RETRIEVAL}),
     "learn.spn.mv-depth-latent": (lambda p: p["learn"]["spn"]["mv-depth-latent"].update(steps=11),
