@@ -27,18 +27,18 @@ ROLES = (*DOMAINS, "bank")             # and prune.cls's k-NN bank
 
 
 def load_host(inputs: dict[str, Path], device: str, dtype: torch.dtype = torch.float32):
-    """The frozen zoo model of the stage's ``weights`` / ``config`` inputs, its base token grid
-    (the zoo's ViT's, or the Grid its embedding reports: Depth-Anything-V2) and input side."""
+    """The frozen zoo model of the stage's ``weights`` / ``config`` inputs and its base token grid
+    at its own input side (the zoo's ViT's, or the Grid its embedding reports: Depth-Anything-V2)."""
     host = freeze(zoo.load(inputs["weights"], inputs["config"], device)).to(dtype)
     size = int(zoo.entry(inputs["config"])["img_size"])
     if hasattr(host, "vit"):
         side = size // int(host.vit.patch_embed.patch_size[0])
-        return host, Grid(host.vit.num_prefix_tokens, side, side), size
+        return host, Grid(host.vit.num_prefix_tokens, side, side)
     with torch.no_grad():
         _, grid = host.embed(torch.zeros(1, 3, size, size, dtype=dtype, device=device))
     if not isinstance(grid, Grid):
         raise TypeError(f"{inputs['config']}: its host has no timm ViT and its embedding gives no token Grid")
-    return host, grid, size
+    return host, grid
 
 
 def load_learned(inputs: dict[str, Path], seeds: list[int], base: Grid, device: str,

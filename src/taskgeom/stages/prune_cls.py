@@ -50,7 +50,7 @@ def run(ctx: StageContext) -> None:
     cfg = p["cls"][name]
     boot = ctx.params["learn"]["bootstrap"]
     dtype = torch.float64
-    host, base, _ = load_host(ctx.inputs, ctx.device, dtype)
+    host, base = load_host(ctx.inputs, ctx.device, dtype)
     base_res, count = p["resolutions"][0], cfg.get("images", p["images"])
     learned = load_learned(ctx.inputs, p["seeds"], base, ctx.device, dtype, spn=True)
     embed = lambda x: run_decoder(host, cfg["decoder"], x.to(ctx.device, dtype)).cpu()

@@ -93,7 +93,7 @@ def run(ctx: StageContext) -> None:
     p = ctx.params["prune"]
     cfg = p["dense"][name]
     boot = ctx.params["learn"]["bootstrap"]
-    host, base, _ = load_host(ctx.inputs, ctx.device)
+    host, base = load_host(ctx.inputs, ctx.device)
     base_res, count = p["resolutions"][0], cfg.get("images", p["images"])
     learned = load_learned(ctx.inputs, p["seeds"], base, ctx.device)
     decoder = cfg["decoder"]

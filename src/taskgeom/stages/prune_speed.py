@@ -20,7 +20,7 @@ def run(ctx: StageContext) -> None:
     name = ctx.wildcard
     p = ctx.params["prune"]
     cfg = p["dense"][name]
-    host, base, _ = load_host(ctx.inputs, ctx.device)
+    host, base = load_host(ctx.inputs, ctx.device)
     learned = load_learned(ctx.inputs, p["seeds"][:1], base, ctx.device)[p["seeds"][0]]
     rows = []
     for res in p["resolutions"]:
