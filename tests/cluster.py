@@ -8,7 +8,8 @@ slurmdbd: ``sacct`` does not work, so clients ask ``squeue``.
 Job steps find the configuration at the compiled-in ``/etc/slurm/slurm.conf``, as on a
 real cluster's nodes (Snakemake's job step drops ``SLURM_CONF`` before its ``srun``), so
 the cluster links it there while it runs; it will not replace a configuration of the
-machine's own.
+machine's own. A link left by a run that was killed before its clean-up (its owner
+process gone) is stale: its daemons are stopped and the link and directory removed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
+ROOT_PREFIX = "taskgeom-slurm-"
+OWNER = "owner.pid"  # in a cluster's root: the PID of the process that brought it up
 SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
 NODE = "taskgeom-node"
 PARTITION = "debug"
@@ -148,19 +151,48 @@ def make_munge_key(munge_dir: Path) -> Path:
     return key
 
 
+def pid_files(root: Path) -> dict[str, Path]:
+    return {"munged": root / "munge/munged.pid", "slurmctld": root / "run/slurmctld.pid",
+            "slurmd": root / "run/slurmd.pid"}
+
+
+def alive(pid_file: Path) -> bool:
+    try:
+        os.kill(int(pid_file.read_text().split()[0]), 0)
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
+
+
+def clear_stale_link() -> None:
+    """Remove a ``SYSTEM_CONF`` link that an earlier test cluster left when its owner was
+    killed: stop that cluster's daemons, then remove the link and its directory. A link
+    whose owner still runs, or a configuration that is not such a link, is left alone."""
+    if not SYSTEM_CONF.is_symlink():
+        return
+    root = Path(os.readlink(SYSTEM_CONF)).parent
+    if not root.name.startswith(ROOT_PREFIX) or alive(root / OWNER):
+        return
+    for daemon in ("slurmd", "slurmctld", "munged"):
+        stop_by_pid_file(pid_files(root)[daemon])
+    SYSTEM_CONF.unlink()
+    shutil.rmtree(root, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def slurm_cluster(cpus: int | None = None, memory_mb: int | None = None, timeout: float = 90) -> Iterator[Cluster]:
     """Bring up munged, slurmctld and slurmd; yield the cluster; stop all three on exit."""
+    clear_stale_link()
     if SYSTEM_CONF.exists() or SYSTEM_CONF.is_symlink():
         raise RuntimeError(f"{SYSTEM_CONF} exists: this machine has a SLURM configuration of its own")
     # Not under pytest's tmp_path: that is private to root, and munged runs as munge.
-    root = Path(tempfile.mkdtemp(prefix="taskgeom-slurm-"))
+    root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX))
     root.chmod(0o755)
+    (root / OWNER).write_text(f"{os.getpid()}\n")
     conf = root / "slurm.conf"
     cluster = Cluster(root, conf, {**os.environ, "SLURM_CONF": str(conf)})
     munge_dir = root / "munge"
-    pid_files = {"munged": munge_dir / "munged.pid", "slurmctld": root / "run/slurmctld.pid",
-                 "slurmd": root / "run/slurmd.pid"}
+    pids = pid_files(root)
     try:
         for sub in ("state", "spool", "run", "log"):
             (root / sub).mkdir(mode=0o755)
@@ -169,7 +201,7 @@ def slurm_cluster(cpus: int | None = None, memory_mb: int | None = None, timeout
         SYSTEM_CONF.parent.mkdir(parents=True, exist_ok=True)
         SYSTEM_CONF.symlink_to(conf)
         start(["runuser", "-u", "munge", "--", "munged", f"--socket={munge_dir / 'munge.socket'}",
-               f"--key-file={key}", f"--pid-file={pid_files['munged']}", f"--log-file={munge_dir / 'munged.log'}",
+               f"--key-file={key}", f"--pid-file={pids['munged']}", f"--log-file={munge_dir / 'munged.log'}",
                f"--seed-file={munge_dir / 'munged.seed'}"], cluster.env)
         start(["slurmctld", "-f", str(conf)], cluster.env)
         wait_for(lambda: "UP" in subprocess.run(["scontrol", "ping"], env=cluster.env, capture_output=True,
@@ -178,11 +210,11 @@ def slurm_cluster(cpus: int | None = None, memory_mb: int | None = None, timeout
         wait_for(lambda: node_idle(cluster.env), f"node {NODE}", timeout, cluster)
         yield cluster
     finally:
-        if pid_files["slurmctld"].exists():
+        if pids["slurmctld"].exists():
             subprocess.run(["scancel", "--full", "--quiet", "-u", pwd.getpwuid(os.getuid()).pw_name],
                            env=cluster.env, capture_output=True, timeout=30)
         for daemon in ("slurmd", "slurmctld", "munged"):
-            stop_by_pid_file(pid_files[daemon])
+            stop_by_pid_file(pids[daemon])
         if SYSTEM_CONF.is_symlink() and SYSTEM_CONF.resolve() == conf.resolve():
             SYSTEM_CONF.unlink()
         shutil.rmtree(root, ignore_errors=True)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from cluster import PARTITION, SYSTEM_CONF, Cluster, missing_programs, slurm_cluster
+from cluster import PARTITION, SYSTEM_CONF, Cluster, clear_stale_link, missing_programs, slurm_cluster
 from conftest import REPO, copy_repo, output_digests, tool_env
 
 pytestmark = pytest.mark.slurm
@@ -32,19 +33,45 @@ def cluster_unavailable() -> str | None:
         return "bringing up munged, slurmctld and slurmd needs root"
     if missing := missing_programs():
         return f"{', '.join(missing)} not installed (envs/setup-slurm.sh installs them)"
+    clear_stale_link()
     if SYSTEM_CONF.exists():
         return f"{SYSTEM_CONF} exists: this machine belongs to a SLURM cluster already"
     return None
 
 
-@pytest.fixture(scope="module")
-def cluster():
+def require_cluster() -> None:
     if why := cluster_unavailable():
         if os.environ.get("TASKGEOM_REQUIRE_SLURM") == "1":
             pytest.fail(f"TASKGEOM_REQUIRE_SLURM=1 but {why}")
         pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    require_cluster()
     with slurm_cluster() as c:
         yield c
+
+
+def test_a_cluster_whose_owner_was_killed_does_not_block_the_next():
+    """A run killed inside ``slurm_cluster`` leaves its daemons and the ``SYSTEM_CONF``
+    link behind; the next cluster clears them and comes up."""
+    require_cluster()
+    owner = subprocess.Popen(
+        [sys.executable, "-c", "import time; from cluster import slurm_cluster\n"
+         "with slurm_cluster():\n    print('up', flush=True); time.sleep(600)"],
+        cwd=Path(__file__).parent, stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout.readline().strip() == "up"
+    finally:
+        owner.kill()
+        owner.wait()
+    left = SYSTEM_CONF.resolve().parent
+    assert SYSTEM_CONF.is_symlink() and left.is_dir()
+    with slurm_cluster() as c:
+        assert SYSTEM_CONF.resolve() == c.conf.resolve() != left / "slurm.conf"
+        assert not left.exists()
+    assert not SYSTEM_CONF.is_symlink()
 
 
 def cluster_profile(dest: Path, rules: bool = True) -> Path:
