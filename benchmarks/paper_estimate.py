@@ -12,7 +12,8 @@ For each stage of params/paper.yaml, its work in FLOPs:
   min(M, N·D) ≤ ``learn.targets.exact.max_dim`` only, not on the model);
 - pruning: one full forward per image, setting, schedule, ratio and method run (an upper bound:
   pruned forwards cost less), plus each setting's unpruned reference;
-- training of heads, SPNs and the DRM: 6 · parameters · tokens · batch · steps.
+- training of heads, SPNs and the DRM: 6 · parameters · tokens · batch · steps;
+- the zoo's zero-shot evaluation: one forward per test item (and per gallery item for k-NN).
 
 VGGT's stages (its probes, the VAE, the latent probe) are listed and left out of the sum: no
 installable package builds it. Time = FLOPs / (peak · utilisation), at the A40's FP32 peak (the
@@ -48,6 +49,7 @@ from taskgeom.probes import Probe, ProbeMap
 
 OUT = Path("results/benchmarks")
 VGGT = "vggt"
+NYU_SPLITS = {"train": 795, "test": 654}  # NYU-Depth-V2 labeled: the standard splits.mat's sizes
 
 
 def host_for(params: dict, model: str) -> tuple[torch.nn.Module, int]:
@@ -117,6 +119,23 @@ class Estimate:
 
     def add(self, stage: str, item: str, pflops: float, images: int, note: str = "") -> None:
         self.rows.append({"stage": stage, "item": item, "images": images, "pflops": pflops, "note": note})
+
+
+def source_items(params: dict, name: str) -> int:
+    """Items of a source of the paper profile: its subset's count, or NYU's split size."""
+    spec = params["sources"][name]
+    return int(spec["subset"]["count"]) if spec.get("subset") else NYU_SPLITS[spec["split"]]
+
+
+def zoo_rows(e: Estimate) -> None:
+    for name, entry in e.params["zoo"].items():
+        if entry["adapter"] == VGGT:
+            e.add("zoo", name, float("nan"), 0, "VGGT: not estimated")
+            continue
+        decoder = e.host(name)[0].decoders[0]
+        n = source_items(e.params, entry["sources"]["test"])
+        n += source_items(e.params, entry["sources"]["train"]) if decoder == "cls" else 0
+        e.add("zoo", name, n * e.fwd(name, decoder) / 1e6, n, "zero-shot forwards")
 
 
 def diagnose_rows(e: Estimate) -> None:
@@ -191,7 +210,7 @@ def other_rows(e: Estimate) -> None:
 
 def stage_rows(params: dict, factor: float) -> list[dict]:
     e = Estimate(params, factor)
-    for rows in (diagnose_rows, learn_rows, prune_rows, other_rows):
+    for rows in (zoo_rows, diagnose_rows, learn_rows, prune_rows, other_rows):
         rows(e)
     return e.rows
 

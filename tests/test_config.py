@@ -39,7 +39,9 @@ def test_params_yaml_is_the_default_profile():
     (lambda p: p["zoo"]["tiny-cls"].update(read_layers=[0, 1, 2, 3]), "zoo.tiny-cls.read_layers"),
     (lambda p: p["zoo"]["tiny-dpt"].update(read_layers=[1, 2, 4, 9]), "zoo.tiny-dpt.read_layers"),
     (lambda p: p["zoo"]["tiny-dpt"].update(num_heads=5), "zoo.tiny-dpt.num_heads"),
-    (lambda p: p["zoo"]["models"].append("tiny-xl"), "zoo.models"),
+    (lambda p: p["zoo"]["tiny-cls"]["sources"].update(train="world-test-sketch"), "zoo.tiny-cls.sources.train"),
+    (lambda p: p["zoo"]["tiny-cls"]["sources"].update(test="nowhere"), "zoo.tiny-cls.sources.test"),
+    (lambda p: p["diagnose"]["probes"]["cls-embed-l4"].update(model="tiny-xl"), "diagnose.probes.cls-embed-l4.model"),
     (lambda p: p["world"].update(fov_deg=[70.0, 45.0]), "world.fov_deg"),
     (lambda p: p["prune"].update(ratios=[0.2, 1.0]), "prune.ratios"),
     (lambda p: p["prune"]["cls"]["tiny-cls"].update(methods=["tome", "magic"]), "prune.cls.tiny-cls.methods"),
@@ -81,7 +83,7 @@ def test_invalid_values_are_rejected_naming_the_key(params: dict, mutate, named:
 
 def test_every_source_kind_validates(params: dict):
     params["sources"] |= {
-        "world-test": {"kind": "world", "split": "test", "domain": "sketch", "resolution": 96},
+        "world-sketch-96": {"kind": "world", "split": "test", "domain": "sketch", "resolution": 96},
         "imagenet-val": {"kind": "imagenet_val", "path": "/data/val", "labels": "/data/gt.txt",
                          "meta": "/data/meta.mat", "subset": {"count": 2000, "seed": 0}},
         "imagenet-sketch": {"kind": "imagenet_sketch", "path": "/data/sketch"},

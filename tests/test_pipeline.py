@@ -90,7 +90,6 @@ PERTURB = {  # one change under each params key a stage declares, and the stages
                                *TABLES_OPENING_SOURCES}),
     "zoo.tiny-cls": (lambda p: p["zoo"]["tiny-cls"].update(lr=p["zoo"]["tiny-cls"]["lr"] * 2), {"zoo@tiny-cls"}),
     "zoo.tiny-mv": (lambda p: p["zoo"]["tiny-mv"].update(steps=p["zoo"]["tiny-mv"]["steps"] + 1), {"zoo@tiny-mv"}),
-    "zoo.models": (lambda p: p["zoo"]["models"].reverse(), {"zoo-table"}),
     "device": (lambda p: p.update(device="auto"), {"zoo@tiny-cls", "zoo@tiny-dpt", "zoo@tiny-mv", *PROBES,
                                                   "vae@mv-depth", *TARGETS, *HEADS, *SPNS, *PRUNE_CLS, *PRUNE_DENSE,
                                                   *PRUNE_SPEED, *RETRIEVAL}),

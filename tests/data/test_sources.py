@@ -4,6 +4,7 @@ stratified, and every bad input is refused naming its key and file."""
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import h5py
@@ -12,7 +13,8 @@ import pytest
 import torch
 from PIL import Image
 
-from taskgeom.data.batches import InputDigest, batches
+from taskgeom.data import batches as batches_module
+from taskgeom.data.batches import InputDigest, batches, read_inputs
 from taskgeom.data.hdf5 import KIND_ATTR, new_file
 from taskgeom.data.sources import SourceError, open_source, stratified_subset
 from taskgeom.data.splits import read_world, to_input
@@ -90,6 +92,26 @@ def test_a_world_source_reproduces_the_worlds_inputs(tmp_path):
     views = open_source("v", {"v": {"kind": "world", "split": "mv_test", "path": str(_world_file(
         tmp_path / "mv.h5", n=2, views=3))}})
     assert next(batches(views, world(32).image, batch_size=2)).x.shape == (2, 3, 3, 32, 32)
+
+
+def test_a_stacked_batch_over_the_spill_size_is_mapped_from_a_file_with_the_same_values_and_layout(
+        tmp_path, monkeypatch):
+    views = open_source("v", {"v": {"kind": "world", "split": "mv_test", "path": str(_world_file(
+        tmp_path / "mv.h5", n=5, views=2))}})
+    files = []
+    real = batches_module.tempfile.TemporaryFile
+    monkeypatch.setattr(batches_module.tempfile, "TemporaryFile", lambda: files.append(real()) or files[-1])
+    held, held_digest = read_inputs(views, world(32), batch_size=2, depth=True), InputDigest()
+    held_digest.update(held.x)
+    assert files == []
+    monkeypatch.setattr(batches_module, "SPILL_BYTES", 1)
+    mapped, mapped_digest = read_inputs(views, world(32), batch_size=2, depth=True), InputDigest()
+    mapped_digest.update(mapped.x, chunk=3)
+    assert len(files) == 2 and os.fstat(files[0].fileno()).st_size == mapped.x.numel() * 4  # images, depth
+    assert mapped.x.shape == held.x.shape == (5, 2, 3, 32, 32) and mapped.x.stride() == held.x.stride()
+    assert torch.equal(mapped.x, held.x) and torch.equal(mapped.depth, held.depth)
+    assert mapped.labels.tolist() == held.labels.tolist() and mapped.keys == held.keys
+    assert mapped_digest.hexdigest() == held_digest.hexdigest()
 
 
 def _nyu(path: Path, with_depths: bool = True) -> Path:

@@ -15,6 +15,7 @@ from taskgeom.models import train, zoo
 from taskgeom.pipeline.registry import WORLD_FILES
 from taskgeom.pipeline.runtime import StageContext
 from taskgeom.stages import fetch
+from taskgeom.stages import sources as sources_stage
 from taskgeom.stages import zoo as zoo_stage
 
 WORLD = {"seed": 3, "resolution": 32, "eval_resolutions": [], "splits": {"train": 96, "val": 4, "test": 32},
@@ -39,11 +40,31 @@ def world(tmp_path_factory) -> dict[str, Path]:
     return outputs
 
 
+def world_sources(world: dict[str, Path]) -> dict:
+    """A world source per split of the test world, by the split's name."""
+    return {split: {"kind": "world", "split": split, "path": str(world[split])}
+            for split in ("train", "test", "mv_train", "mv_test")}
+
+
+def zoo_inputs(world: dict[str, Path], train: str, test: str) -> dict[str, Path]:
+    """The ``sources`` stage's index of the ``train`` and ``test`` world sources (once)."""
+    inputs = {}
+    for role, split in (("train", train), ("test", test)):
+        index = world["train"].parent / f"sources/{split}.json"
+        if not index.exists():
+            sources_stage.run(StageContext("sources", {}, {"index": index}, {"sources": world_sources(world)}, split))
+        inputs[f"source_{role}"] = index
+    return inputs
+
+
 def zoo_context(world: dict[str, Path], out: Path, name: str, **train_cfg) -> StageContext:
-    cfg = MODELS[name] | {"steps": 60, "batch_size": 16, "lr": 2e-3, "weight_decay": 0.05, "seed": 0} | train_cfg
+    splits = ("mv_train", "mv_test") if name == "tiny-mv" else ("train", "test")
+    cfg = MODELS[name] | {"steps": 60, "batch_size": 16, "lr": 2e-3, "weight_decay": 0.05, "seed": 0,
+                          "sources": dict(zip(("train", "test"), splits))} | train_cfg
     outputs = {"weights": out / "model.safetensors", "config": out / "config.json", "metrics": out / "metrics.json",
                "curve": out / "curve.csv"}
-    return StageContext("zoo", dict(world), outputs, {"zoo": {name: cfg}, "device": "cpu"}, name,
+    return StageContext("zoo", zoo_inputs(world, *splits), outputs,
+                        {"zoo": {name: cfg}, "device": "cpu", "sources": world_sources(world)}, name,
                         log=logging.getLogger("test"))
 
 
@@ -130,13 +151,17 @@ def test_paper_model_is_imported_into_the_zoo_and_evaluated(world, tmp_path: Pat
         host.model.save_pretrained(weights)
         size = spec.tiny["image_size"]
     cfg = {"kind": "pretrained", "adapter": adapter, "path": str(weights), "img_size": size, "batch_size": 8,
-           "overrides": dict(spec.tiny)}
+           "overrides": dict(spec.tiny), "sources": {"train": "train", "test": "test"}}
     out = tmp_path / "zoo"
     outputs = {"weights": out / "model.safetensors", "config": out / "config.json", "metrics": out / "m.json",
                "curve": out / "curve.csv"}
-    zoo_stage.run(StageContext("zoo", dict(world), outputs, {"zoo": {"paper": cfg}, "device": "cpu"}, "paper"))
-    metrics = json.loads(outputs["metrics"].read_text())["metrics"]
+    zoo_stage.run(StageContext("zoo", zoo_inputs(world, "train", "test"), outputs,
+                               {"zoo": {"paper": cfg}, "device": "cpu", "sources": world_sources(world)}, "paper"))
+    result = json.loads(outputs["metrics"].read_text())
+    metrics, seen = result["metrics"], result["provenance"]["input"]
     assert metric in metrics and f"baseline_{metric}" in metrics
+    assert seen["source"]["name"] == "test" and seen["source"]["items"] == 32
+    assert result["test_scenes"] == 32 and len(seen["input_sha256"]) == 64
     reloaded = zoo.load(outputs["weights"], outputs["config"])
     x = torch.randn(2, 3, size, size)
     from taskgeom.models.host import run_decoder
@@ -146,8 +171,10 @@ def test_paper_model_is_imported_into_the_zoo_and_evaluated(world, tmp_path: Pat
 
 
 def test_paper_model_without_weights_fails_at_once_naming_it(world, tmp_path: Path):
-    cfg = {"kind": "pretrained", "adapter": "clip-b16", "path": None, "img_size": 224, "batch_size": 8}
+    cfg = {"kind": "pretrained", "adapter": "clip-b16", "path": None, "img_size": 224, "batch_size": 8,
+           "sources": {"train": "train", "test": "test"}}
     outputs = {k: tmp_path / k for k in ("weights", "config", "metrics", "curve")}
     with pytest.raises(FileNotFoundError, match="paper model 'clip-b16'.*weights not found"):
-        zoo_stage.run(StageContext("zoo", dict(world), outputs, {"zoo": {"clip": cfg}, "device": "cpu"}, "clip"))
+        zoo_stage.run(StageContext("zoo", zoo_inputs(world, "train", "test"), outputs,
+                                   {"zoo": {"clip": cfg}, "device": "cpu", "sources": world_sources(world)}, "clip"))
     assert not any(p.exists() for p in outputs.values())

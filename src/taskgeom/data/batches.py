@@ -1,10 +1,19 @@
 """A source's items through a host's preprocessing, as model inputs: batches streamed by a
 DataLoader (``batches``), one stacked batch (``read_inputs``, in the images' channels-last
-layout), and ``InputDigest``, the sha256 of what a stage saw."""
+layout), and ``InputDigest``, the sha256 of what a stage saw.
+
+``read_inputs`` holds a stacked batch in memory up to ``SPILL_BYTES``; a larger one (the
+paper's 2000 images at 448 px are 4.8 GB of float32) is written batch by batch to an unnamed
+temporary file (under ``$TMPDIR``) and mapped from it, so memory holds one batch while
+reading and the pages a computation touches afterwards. Both give the same values in the
+same layout.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import itertools
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -60,22 +69,52 @@ def batches(source: Source, image: Callable[[np.ndarray], Tensor], batch_size: i
         yield Batch(b["x"], b["label"], b.get("depth"), list(b["key"]))
 
 
+SPILL_BYTES = 512 * 2**20  # a stacked batch larger than this is mapped from a temporary file
+
+
+class _Stack:
+    """``count`` items' arrays filled part by part, in memory or (over ``SPILL_BYTES``) in a
+    mapped temporary file; ``tensor`` is the whole, with images in channels-last layout."""
+
+    def __init__(self, first: Tensor, count: int, images: bool) -> None:
+        self.images, self.filled = images, 0
+        shape = (count, *(first.movedim(-3, -1) if images else first).shape[1:])
+        if count * first[0].numel() * first.element_size() > SPILL_BYTES:
+            dtype = torch.empty(0, dtype=first.dtype).numpy().dtype
+            self.array = np.memmap(tempfile.TemporaryFile(), dtype=dtype, mode="w+", shape=shape)
+            self.store = torch.from_numpy(self.array)
+        else:
+            self.store = torch.empty(shape, dtype=first.dtype)
+
+    def add(self, part: Tensor) -> None:
+        self.store[self.filled:self.filled + len(part)] = part.movedim(-3, -1) if self.images else part
+        self.filled += len(part)
+
+    @property
+    def tensor(self) -> Tensor:
+        return self.store.movedim(-1, -3) if self.images else self.store
+
+
 def read_inputs(source: Source, prep: Any, batch_size: int = 64, depth: bool = False,
                 digest: InputDigest | None = None) -> Batch:
     """Every item of ``source`` through ``prep`` (``.image`` and, with ``depth``, ``.depth``) as
-    one batch, stored ``channels_last``; ``digest`` sees every input."""
-    parts = list(batches(source, prep.image, batch_size, prep.depth if depth else None))
-    x = channels_last(torch.cat([p.x for p in parts]))
+    one batch (mapped from a temporary file over ``SPILL_BYTES``); ``digest`` sees every input.
+    Images keep their own HWC memory layout, strides (…, 1, 3W, 3): the layout the zoo's inputs
+    have always had, so convolutions take the same path and give the same bits."""
+    stream = batches(source, prep.image, batch_size, prep.depth if depth else None)
+    first = next(stream)
+    x = _Stack(first.x, len(source), images=True)
+    d = _Stack(first.depth, len(source), images=False) if depth else None
+    labels, keys = [], []
+    for part in itertools.chain([first], stream):
+        x.add(part.x)
+        if d is not None:
+            d.add(part.depth)
+        labels.append(part.labels)
+        keys += part.keys
     if digest is not None:
-        digest.update(x)
-    return Batch(x, torch.cat([p.labels for p in parts]),
-                 torch.cat([p.depth for p in parts]) if depth else None, [k for p in parts for k in p.keys])
-
-
-def channels_last(x: Tensor) -> Tensor:
-    """(..., 3, H, W) with the images' own HWC memory layout (strides (…, 1, 3W, 3)): the layout the
-    zoo's inputs have always had, so convolutions take the same path and give the same bits."""
-    return x.movedim(-3, -1).contiguous().movedim(-1, -3)
+        digest.update(x.tensor)
+    return Batch(x.tensor, torch.cat(labels), d.tensor if d is not None else None, keys)
 
 
 class InputDigest:
@@ -84,8 +123,10 @@ class InputDigest:
     def __init__(self) -> None:
         self._hash, self.items = hashlib.sha256(), 0
 
-    def update(self, x: Tensor) -> Tensor:
-        self._hash.update(x.detach().to(torch.float32).contiguous().numpy().tobytes())
+    def update(self, x: Tensor, chunk: int = 64) -> Tensor:
+        """Hash ``x`` (B, ...) ``chunk`` items at a time (the bytes of the contiguous whole)."""
+        for start in range(0, len(x), chunk):
+            self._hash.update(x[start:start + chunk].detach().to(torch.float32).contiguous().numpy().tobytes())
         self.items += len(x)
         return x
 

@@ -321,6 +321,19 @@ def open_named(name: str, indexes: list[Path], sources: Mapping[str, Mapping[str
     raise SourceError(f"sources.{name}: no index among {[str(i) for i in indexes]}; rerun the sources stage")
 
 
+def world_arrays(source: Source, keys: tuple[str, ...], what: str) -> dict[str, np.ndarray]:
+    """The selected items of a world source as whole arrays (``label`` and the render's ``keys``:
+    rgb, depth, K, cam_to_world), for the tiny zoo models that train on them; refused, naming
+    ``what``, for another kind or domain."""
+    if source.spec["kind"] != "world" or source.spec.get("domain", "rgb") != "rgb":
+        raise SourceError(f"{what}: {source.name!r} is not a world source of rgb renders (a tiny model trains "
+                          "on the world's arrays)")
+    path = Path(source.spec.get("path") or f"{WORLD_DIR}/{source.spec['split']}.h5")
+    with open_store(path, "world") as f:
+        res = int(source.spec.get("resolution") or f.attrs["base_resolution"])
+        return {k: f[k if k == "label" else f"r{res}/{k}"][:][source.indices] for k in keys}
+
+
 def first_view(image: np.ndarray) -> np.ndarray:
     """An item's image for display: a view group's first view."""
     return image[0] if image.ndim == 4 else image

@@ -1,43 +1,43 @@
 """The paper's models in the zoo: import local weights into the zoo's format
-(safetensors + JSON config) and evaluate them zero-shot on the synthetic world.
+(safetensors + JSON config) and evaluate them zero-shot on the entry's sources, through the
+host's own preprocessing.
 
-Metrics match the tiny zoo's where the task allows: k-NN top-1 accuracy (k = 5,
-cosine, the training split as gallery) from the CLS embedding; depth AbsRel and δ1
-after per-image median scaling (the paper's depth models are not metric on this
-world); camera rotation / translation error for a camera head.
+Metrics match the tiny zoo's where the task allows: k-NN top-1 accuracy (k = 5, cosine, the
+train source as gallery) from the CLS embedding, against the train source's majority class;
+depth AbsRel and δ1 over valid pixels after per-image median scaling (the paper's depth
+models are not metric on every data set), against a flat map at the median over the train
+source's images of each image's median valid depth; camera rotation / translation error of
+a camera head on a world multi-view source (the one kind with poses), against the identity
+pose. Depth metrics are pixel-weighted means accumulated batch by batch (nothing holds a
+whole split).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 import torch.nn.functional as F_
 from torch import Tensor, nn
 
-from taskgeom.data.splits import read_world, to_input
+from taskgeom.data.batches import Batch, InputDigest, batches
+from taskgeom.data.sources import Source, SourceError, world_arrays
 from taskgeom.evaluate.tasks import camera_errors, depth_metrics, pose_encoding, valid_depth
 from taskgeom.models.adapters import PAPER_MODELS, load_paper_model
 from taskgeom.models.host import run_decoder
+from taskgeom.models.preprocess import Preprocess
 
 KNN = 5
 
 
-def resize(images: Tensor, size: int) -> Tensor:
-    """(..., 3, H, W) -> (..., 3, size, size), bilinear."""
-    lead = images.shape[:-3]
-    out = F_.interpolate(images.flatten(0, len(lead) - 1), size=(size, size), mode="bilinear", align_corners=False)
-    return out.reshape(*lead, 3, size, size)
-
-
 @torch.no_grad()
-def decoder_outputs(host: nn.Module, decoder: str, rgb: np.ndarray, size: int, batch: int, device: str) -> Tensor:
-    outs = []
-    for start in range(0, len(rgb), batch):
-        x = resize(to_input(rgb[start:start + batch]), size).to(device)
-        outs.append(run_decoder(host, decoder, x).cpu())
-    return torch.cat(outs)
+def decoded(host: nn.Module, decoder: str, source: Source, prep: Preprocess, batch: int, device: str,
+            digest: InputDigest, depth: bool = False) -> Iterator[tuple[Batch, Tensor]]:
+    """Each preprocessed batch of ``source`` (seen by ``digest``) with the decoder's output (B, ...)."""
+    for b in batches(source, prep.image, batch, prep.depth if depth else None):
+        digest.update(b.x)
+        yield b, run_decoder(host, decoder, b.x.to(device)).cpu()
 
 
 def knn_accuracy(train_emb: Tensor, train_labels: np.ndarray, test_emb: Tensor, test_labels: np.ndarray) -> float:
@@ -55,35 +55,72 @@ def median_scaled(pred: Tensor, target: Tensor, max_depth: float) -> Tensor:
     return pred * scale.view(-1, *[1] * (pred.ndim - 1))
 
 
-def evaluate(inputs: dict[str, Path], host: nn.Module, cfg: dict, max_depth: float, device: str) -> dict[str, float]:
-    """Zero-shot metrics of ``host`` on the world splits ``inputs`` (train, test, mv_test)."""
-    size, batch = cfg["img_size"], cfg["batch_size"]
+def need_depth(source: Source, role: str) -> float:
+    """The source's depth cap; refused, naming the role, for a source without ground truth."""
+    if not source.has_depth or source.max_depth is None:
+        raise SourceError(f"zoo: sources.{role} {source.name!r} has no ground-truth depth (a depth model needs it)")
+    return source.max_depth
+
+
+def as_maps(pred: Tensor, target: Tensor) -> Tensor:
+    """Decoder depth (B, S·S) or (B, S, S) -> the target's (B, H, W), bilinear where sizes differ."""
+    side = int(round(pred[0].numel() ** 0.5))
+    pred = pred.reshape(len(pred), side, side)
+    if pred.shape[-2:] != target.shape[-2:]:
+        pred = F_.interpolate(pred.unsqueeze(1), size=target.shape[-2:], mode="bilinear").squeeze(1)
+    return pred
+
+
+def depth_evaluation(host: nn.Module, train: Source, test: Source, prep: Preprocess, batch: int, device: str,
+                     digest: InputDigest) -> dict[str, float]:
+    train_cap, cap = need_depth(train, "train"), need_depth(test, "test")
+    medians = [float(d[valid_depth(d, train_cap)].median())
+               for b in batches(train, prep.image, batch, prep.depth) for d in b.depth]
+    flat = float(np.median(medians))
+    sums: dict[str, float] = {}
+    for b, pred in decoded(host, "depth", test, prep, batch, device, digest, depth=True):
+        target = b.depth
+        weight = float(valid_depth(target, cap).sum())
+        ours = depth_metrics(median_scaled(as_maps(pred, target), target, cap), target, cap)
+        base = depth_metrics(torch.full_like(target, flat), target, cap)
+        for k, v in (ours | {f"baseline_{k}": v for k, v in base.items()}).items():
+            sums[k] = sums.get(k, 0.0) + v * weight
+        sums["pixels"] = sums.get("pixels", 0.0) + weight
+    pixels = sums.pop("pixels")
+    return {k: v / pixels for k, v in sums.items()}
+
+
+def camera_evaluation(host: nn.Module, test: Source, prep: Preprocess, batch: int, device: str,
+                      digest: InputDigest) -> dict[str, float]:
+    poses = world_arrays(test, ("K", "cam_to_world"), "zoo: sources.test (a camera head needs the world's poses)")
+    target = pose_encoding(poses["cam_to_world"], poses["K"], test[0].image.shape[-2])
+    pred = torch.cat([out for _, out in decoded(host, "camera", test, prep, batch, device, digest)])
+    pred = pred.view(*target.shape).numpy()
+    identity = np.zeros_like(target)
+    identity[..., 6] = 1.0  # the identity rotation, zero translation
+    identity[..., 7:] = target[..., 7:]
+    return camera_errors(pred, target) | {f"baseline_{k}": v for k, v in camera_errors(identity, target).items()}
+
+
+def evaluate(host: nn.Module, train: Source, test: Source, prep: Preprocess, batch: int, device: str,
+             digest: InputDigest) -> dict[str, float]:
+    """Zero-shot metrics of ``host`` on the ``test`` source (``train``: the k-NN gallery and the
+    depth baseline), every test input through ``prep`` and ``digest``."""
+    if "camera" in host.decoders:
+        return camera_evaluation(host, test, prep, batch, device, digest)
     metrics: dict[str, float] = {}
     if "cls" in host.decoders:
-        train = read_world(inputs["train"], keys=("rgb", "label"))
-        test = read_world(inputs["test"], keys=("rgb", "label"))
-        emb = [decoder_outputs(host, "cls", d["rgb"], size, batch, device) for d in (train, test)]
-        majority = np.bincount(train["label"]).argmax()
-        metrics |= {"knn_accuracy": knn_accuracy(emb[0], train["label"], emb[1], test["label"]),
-                    "baseline_knn_accuracy": float((test["label"] == majority).mean())}
-    if "depth" in host.decoders and "camera" not in host.decoders:
-        test = read_world(inputs["test"], keys=("rgb", "depth"))
-        target = torch.as_tensor(test["depth"])
-        pred = decoder_outputs(host, "depth", test["rgb"], size, batch, device).view(len(target), size, size)
-        pred = F_.interpolate(pred.unsqueeze(1), size=target.shape[-2:], mode="bilinear").squeeze(1)
-        flat = torch.full_like(target, float(target[valid_depth(target, max_depth)].median()))
-        ours = depth_metrics(median_scaled(pred, target, max_depth), target, max_depth)
-        base = depth_metrics(flat, target, max_depth)
-        metrics |= ours | {f"baseline_{k}": v for k, v in base.items()}
-    if "camera" in host.decoders:
-        test = read_world(inputs["mv_test"], keys=("rgb", "K", "cam_to_world"))
-        target = pose_encoding(test["cam_to_world"], test["K"], test["rgb"].shape[-2])
-        pred = decoder_outputs(host, "camera", test["rgb"], size, batch, device).view(*target.shape).numpy()
-        identity = np.zeros_like(target)
-        identity[..., 6] = 1.0  # the identity rotation, zero translation
-        identity[..., 7:] = target[..., 7:]
-        metrics |= camera_errors(pred, target) | {f"baseline_{k}": v for k, v in
-                                                   camera_errors(identity, target).items()}
+        bank = [(b.labels, out) for b, out in decoded(host, "cls", train, prep, batch, device, InputDigest())]
+        seen = [(b.labels, out) for b, out in decoded(host, "cls", test, prep, batch, device, digest)]
+        (train_labels, train_emb), (test_labels, test_emb) = [
+            (torch.cat([lab for lab, _ in part]).numpy(), torch.cat([o for _, o in part])) for part in (bank, seen)]
+        if (train_labels < 0).any() or (test_labels < 0).any():
+            raise SourceError(f"zoo: k-NN accuracy needs labelled sources ({train.name!r}, {test.name!r})")
+        majority = np.bincount(train_labels).argmax()
+        metrics |= {"knn_accuracy": knn_accuracy(train_emb, train_labels, test_emb, test_labels),
+                    "baseline_knn_accuracy": float((test_labels == majority).mean())}
+    if "depth" in host.decoders:
+        metrics |= depth_evaluation(host, train, test, prep, batch, device, digest)
     return metrics
 
 

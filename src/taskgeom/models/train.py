@@ -28,7 +28,7 @@ WARMUP = 0.05
 class Task:
     """How one kind of zoo model is fed, trained and scored."""
 
-    splits: tuple[str, str]                                  # (train, test) inputs
+    views: bool                                              # reads view groups (a multi-view split)
     keys: tuple[str, ...]                                    # arrays read from the split
     loss: Callable[[nn.Module, dict[str, Tensor]], Tensor]
     evaluate: Callable[[nn.Module, dict[str, np.ndarray], dict[str, np.ndarray], float], dict[str, float]]
@@ -138,10 +138,9 @@ def mv_eval(model, test, train, max_depth) -> dict[str, float]:
 
 
 TASKS = {
-    "cls": Task(("train", "test"), ("rgb", "label"), cls_loss, cls_eval, flip=True),
-    "dpt": Task(("train", "test"), ("rgb", "depth", "label"), dpt_loss, dpt_eval, flip=True),
-    "multiview": Task(("mv_train", "mv_test"), ("rgb", "depth", "label", "K", "cam_to_world"), mv_loss, mv_eval,
-                      flip=False),
+    "cls": Task(False, ("rgb", "label"), cls_loss, cls_eval, flip=True),
+    "dpt": Task(False, ("rgb", "depth", "label"), dpt_loss, dpt_eval, flip=True),
+    "multiview": Task(True, ("rgb", "depth", "label", "K", "cam_to_world"), mv_loss, mv_eval, flip=False),
 }
 
 

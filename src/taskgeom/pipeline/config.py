@@ -44,16 +44,14 @@ def cross_checks(params: dict) -> list[str]:
     """Constraints the schema cannot express, each naming its key."""
     problems = []
     zoo = params["zoo"]
-    for name in zoo["models"]:
-        if name not in zoo:
-            problems.append(f"zoo.models: {name!r} has no settings under zoo.{name}")
     for name, cfg in zoo.items():
-        if name == "models":
-            continue
-        if name not in zoo["models"]:
-            problems.append(f"zoo.{name}: settings for a model not listed in zoo.models")
         if cfg["kind"] == "pretrained":
             continue
+        for role, source in cfg["sources"].items():
+            spec = params["sources"].get(source, {})
+            if spec and (spec["kind"] != "world" or spec.get("domain", "rgb") != "rgb"):
+                problems.append(f"zoo.{name}.sources.{role}: {source!r} is not a world source of rgb renders "
+                                "(a tiny model trains and is scored on the world's arrays)")
         if cfg["embed_dim"] % cfg["num_heads"]:
             problems.append(f"zoo.{name}.num_heads: {cfg['num_heads']} does not divide embed_dim {cfg['embed_dim']}")
         if any(i >= cfg["depth"] for i in cfg.get("read_layers", ())):
@@ -64,8 +62,8 @@ def cross_checks(params: dict) -> list[str]:
     for name, probe in params["diagnose"]["probes"].items():
         key = f"diagnose.probes.{name}"
         cfg = zoo.get(probe["model"])
-        if probe["model"] not in zoo["models"] or cfg is None:
-            problems.append(f"{key}.model: {probe['model']!r} is not a zoo model (zoo.models: {zoo['models']})")
+        if cfg is None:
+            problems.append(f"{key}.model: {probe['model']!r} is not a zoo model (zoo: {list(zoo)})")
             continue
         if cfg["kind"] != "pretrained" and probe["decoder"] not in decoders[cfg["kind"]]:
             problems.append(f"{key}.decoder: a {cfg['kind']} model has decoders {list(decoders[cfg['kind']])}")
@@ -82,7 +80,7 @@ def cross_checks(params: dict) -> list[str]:
     return problems
 
 
-SOURCE_USERS = ("diagnose.probes", "vae", "learn.probes", "prune.cls", "prune.dense", "retrieval")
+SOURCE_USERS = ("zoo", "diagnose.probes", "vae", "learn.probes", "prune.cls", "prune.dense", "retrieval")
 
 
 def source_checks(params: dict) -> list[str]:
@@ -104,11 +102,11 @@ def learn_checks(params: dict) -> list[str]:
     problems = []
     zoo, learn = params["zoo"], params["learn"]
     for name, cfg in params["vae"].items():
-        if cfg["model"] not in zoo["models"]:
+        if cfg["model"] not in zoo:
             problems.append(f"vae.{name}.model: {cfg['model']!r} is not a zoo model")
     for name, probe in learn["probes"].items():
         kind, host = probe["host"].split("/", 1)
-        if kind == "zoo" and host not in zoo["models"]:
+        if kind == "zoo" and host not in zoo:
             problems.append(f"learn.probes.{name}.host: {host!r} is not a zoo model")
         if kind == "vae" and host not in params["vae"]:
             problems.append(f"learn.probes.{name}.host: no VAE {host!r} under vae")
@@ -147,7 +145,7 @@ def prune_checks(params: dict) -> list[str]:
         for name, cfg in prune[kind].items():
             key = f"prune.{kind}.{name}"
             model = zoo.get(cfg["model"])
-            if cfg["model"] not in zoo["models"] or model is None:
+            if model is None:
                 problems.append(f"{key}.model: {cfg['model']!r} is not a zoo model")
                 continue
             head = learn["heads"].get(cfg["head"])

@@ -40,7 +40,7 @@ RETRIEVAL_VARIANTS = ("drm", "no_regression", "no_distillation")     # stages/re
 VAE_TERMS = ("loss", "recon", "task", "kl")                            # the VAE loss and its terms
 SPN_SUPERVISION = ("exact", "q1", "q")                                 # q: learn.targets.power_iters
 STEP, LOSS = "step", "loss (mean over each logging window)"
-COLLECTED = ("zoo.models", "diagnose.probes", "vae", "learn.spn", "learn.heads", "prune.cls", "prune.dense",
+COLLECTED = ("zoo", "diagnose.probes", "vae", "learn.spn", "learn.heads", "prune.cls", "prune.dense",
              "retrieval", "sources")  # the params lists and mappings that Collect inputs range over
 PRUNE_SETTINGS = ("prune.ratios", "prune.seeds", "prune.images", "prune.batch_size", "prune.domains",
                   "prune.resolutions")
@@ -88,8 +88,9 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="zoo",
-        help="Train one tiny zoo model on the synthetic world and evaluate it on the held-out split.",
-        deps={"params_ok": PARAMS_OK, **{k: v for k, v in WORLD_FILES.items() if k != "val"}},
+        help="Train one tiny zoo model on its train source (a world split), or import a paper model; evaluate it "
+             "on its test source.",
+        deps={"params_ok": PARAMS_OK, **reads("model", "train", "test")},
         outs={
             "weights": "data/zoo/{model}/model.safetensors",
             "config": "data/zoo/{model}/config.json",
@@ -100,9 +101,10 @@ STAGES: tuple[Stage, ...] = (
         },
         metrics=("headline",),
         plots={"loss_plot": Plot(STEP, ("train_loss",), "training loss", STEP, LOSS)},
-        params=("zoo.{model}", "device"),
+        params=("zoo.{model}", "device", *source_params("model", "train", "test")),
         wildcard="model",
-        foreach="zoo.models",
+        foreach="zoo",
+        keyed=True,
         mem_mb=6000,
         runtime=60,
         gpu=True,
@@ -110,9 +112,9 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         name="zoo-table",
         help="Tabulate every zoo model's held-out metrics against its trivial baseline.",
-        deps={"params_ok": PARAMS_OK, "metrics": Collect("results/zoo/{item}.json", over="zoo.models")},
+        deps={"params_ok": PARAMS_OK, "metrics": Collect("results/zoo/{item}.json", over="zoo")},
         outs={"csv": "results/zoo_table.csv", "md": "results/zoo_table.md", "tex": "results/zoo_table.tex"},
-        params=("zoo.models",),
+        params=("zoo",),
     ),
     Stage(
         name="diagnose",

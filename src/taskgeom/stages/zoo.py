@@ -1,6 +1,7 @@
-"""The ``zoo`` stage: train one tiny model on the synthetic world, evaluate it on the
-held-out split against a trivial baseline, and save it; or import one of the paper's models
-from its local weights and evaluate it zero-shot.
+"""The ``zoo`` stage: train one tiny model on its ``train`` source (a world split), evaluate
+it on its ``test`` source against a trivial baseline, and save it; or import one of the
+paper's models from its local weights and evaluate it zero-shot on its sources
+(``models/pretrained.py``), recording what it saw.
 
 Training is resumable and deterministic: the batch of step s depends only on
 (seed, s), and every ``CHECKPOINT_EVERY`` steps the model, the optimizer and the
@@ -21,8 +22,9 @@ from torch import nn
 from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
-from taskgeom.data.splits import read_world, world_max_depth
-from taskgeom.models import pretrained
+from taskgeom.data.batches import InputDigest
+from taskgeom.data.sources import Source, SourceError, open_indexed, world_arrays
+from taskgeom.models import preprocess, pretrained
 from taskgeom.models.host import param_count
 from taskgeom.models.train import TASKS, Task, learning_rate, load_state, mv_targets, sample_batch, save_state
 from taskgeom.models.zoo import architecture, save, seeded
@@ -64,8 +66,17 @@ def train(ctx: StageContext, model: nn.Module, task: Task, data: dict[str, np.nd
     return curve
 
 
-def load_task_data(path: Path, task: Task) -> dict[str, np.ndarray]:
-    data = read_world(path, keys=task.keys)
+def task_source(ctx: StageContext, role: str, task: Task) -> Source:
+    """The indexed ``role`` source of a tiny model: a world split of the kind its task reads."""
+    source = open_indexed(ctx.inputs[f"source_{role}"], ctx.params.get("sources"))
+    if (source[0].image.ndim == 4) != task.views:
+        needs = "view groups (a multi-view split)" if task.views else "single images"
+        raise SourceError(f"zoo.{ctx.wildcard}.sources.{role}: {source.name!r} does not hold {needs}")
+    return source
+
+
+def load_task_data(source: Source, task: Task, what: str) -> dict[str, np.ndarray]:
+    data = world_arrays(source, task.keys, what)
     return mv_targets(data) if "cam_to_world" in task.keys else data
 
 
@@ -76,16 +87,22 @@ def write_dvc_files(ctx: StageContext, metrics: dict[str, float], curve: list[tu
     dvc_files.write_plot(ctx.outputs.get("loss_plot"), rows, ctx.provenance())
 
 
-def run_pretrained(ctx: StageContext, cfg: dict, max_depth: float) -> None:
+def run_pretrained(ctx: StageContext, cfg: dict) -> None:
     """Import one of the paper's models from its local weights and evaluate it zero-shot."""
     host = pretrained.load(cfg, ctx.device)
-    metrics = {k: round(v, 6) for k, v in pretrained.evaluate(ctx.inputs, host, cfg, max_depth, ctx.device).items()}
-    ctx.log.info("%s zero-shot on the world: %s", ctx.wildcard, metrics)
-    save(host, pretrained.architecture(cfg), ctx.outputs["weights"], ctx.outputs["config"],
+    entry = pretrained.architecture(cfg)
+    train, test = (preprocess.open_for_host(ctx.inputs[f"source_{role}"], ctx.params.get("sources"), host, entry,
+                                            f"zoo.{ctx.wildcard}.sources.{role}")[0] for role in ("train", "test"))
+    prep, digest = preprocess.for_host(host, entry), InputDigest()
+    metrics = pretrained.evaluate(host, train, test, prep, cfg["batch_size"], ctx.device, digest)
+    metrics = {k: round(v, 6) for k, v in metrics.items()}
+    ctx.log.info("%s zero-shot on %s: %s", ctx.wildcard, test.name, metrics)
+    provenance = ctx.provenance() | {"input": preprocess.seen(test, prep, digest)}
+    save(host, entry, ctx.outputs["weights"], ctx.outputs["config"],
          ctx.provenance(), {"parameters": param_count(host), "weights_source": str(cfg["path"])})
     write_json(ctx.outputs["metrics"], {"model": ctx.wildcard, "kind": "pretrained", "metrics": metrics,
-                                        "parameters": param_count(host), "steps": 0, "provenance": ctx.provenance(),
-                                        "test_scenes": len(read_world(ctx.inputs["test"], keys=("label",))["label"])})
+                                        "parameters": param_count(host), "steps": 0, "provenance": provenance,
+                                        "test_scenes": len(test)})
     write_table(pd.DataFrame(columns=["step", "train_loss"]), ctx.outputs["curve"], provenance=ctx.provenance())
     write_dvc_files(ctx, metrics, [])
 
@@ -95,11 +112,12 @@ def run(ctx: StageContext) -> None:
     cfg = ctx.params["zoo"][name]
     torch.use_deterministic_algorithms(True, warn_only=True)
     if cfg["kind"] == "pretrained":
-        return run_pretrained(ctx, cfg, world_max_depth(ctx.inputs["test"]))
+        return run_pretrained(ctx, cfg)
     task = TASKS[cfg["kind"]]
-    train_data = load_task_data(ctx.inputs[task.splits[0]], task)
-    test_data = load_task_data(ctx.inputs[task.splits[1]], task)
-    max_depth = world_max_depth(ctx.inputs[task.splits[0]])
+    train_source, test_source = (task_source(ctx, role, task) for role in ("train", "test"))
+    train_data = load_task_data(train_source, task, f"zoo.{name}.sources.train")
+    test_data = load_task_data(test_source, task, f"zoo.{name}.sources.test")
+    max_depth = train_source.max_depth
     img_size = train_data["rgb"].shape[-2]
     arch = architecture(cfg, img_size)
     model = seeded(cfg["seed"], arch).to(ctx.device)
