@@ -63,6 +63,10 @@ def test_each_stage_read_the_papers_data_sets_through_each_hosts_preprocessing(m
     assert retrieval["rgb"]["preprocess"]["mode"] == "lower_bound"      # Depth-Anything-V2's own resize
     diag = json.loads((mini / "results/diagnose/probes/dinov2-cls-l10.json").read_text())["provenance"]["input"]
     assert diag["preprocess"]["mode"] == "timm"
+    zoo = {m: json.loads((mini / f"results/zoo/{m}.json").read_text())["provenance"]["input"]
+           for m in ("dinov2-b14", "depth-anything-v2")}
+    assert zoo["dinov2-b14"]["source"]["name"] == "imagenet-val" and zoo["dinov2-b14"]["preprocess"]["mode"] == "timm"
+    assert zoo["depth-anything-v2"]["source"]["kind"] == "nyu_depth_v2"
 
 
 def test_dvc_agrees_that_the_run_is_up_to_date(mini: Path):

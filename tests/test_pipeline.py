@@ -38,7 +38,7 @@ def test_snakemake_run_leaves_the_tables_and_nothing_to_do(smoke: Path):
     for rel in (*TABLES, "results/zoo_table.md", "results/figures/world_samples.png"):
         assert (smoke / rel).is_file(), rel
     report = (smoke / "results/REPORT.md").read_text()
-    assert "## Tiny model zoo" in report and "world_samples.png" in report
+    assert "## Model zoo" in report and "world_samples.png" in report
     assert "## Table 1: the tractability diagnostic" in report and "kappa_curves.png" in report
     table1 = read_table(smoke / "results/diagnose/table1.csv")
     ours = table1[table1.source == "ours"].set_index("probe")

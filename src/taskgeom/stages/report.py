@@ -100,9 +100,10 @@ SECTIONS = (
     Section("Data", "data_summary",
             "The synthetic RGB-D world as stored: splits, views, resolutions, class balance and depth statistics.",
             figures=("world_samples",)),
-    Section("Tiny model zoo", "zoo_table",
-            "Held-out metrics of the zoo models the pipeline trains, against trivial baselines. "
-            "They stand in for the paper's DINOv2 / CLIP (tiny-cls), Depth-Anything-V2 (tiny-dpt) and VGGT (tiny-mv)."),
+    Section("Model zoo", "zoo_table",
+            "Held-out metrics of the zoo's models against trivial baselines: the tiny models the pipeline trains, "
+            "standing in for the paper's DINOv2 / CLIP (tiny-cls), Depth-Anything-V2 (tiny-dpt) and VGGT (tiny-mv), "
+            "or the paper's models, zero-shot on their test sources."),
     Section("Table 1: the tractability diagnostic", "diagnose_table1",
             "κ_cap(20), token CV, effective rank and r_0.90 of every probe, matrix-free "
             "(`taskgeom.diagnostics.diagnose`), "
