@@ -14,13 +14,14 @@ REPORT_SECTIONS = {  # registry stage -> report category
     "metric-tables": "§5–6 Learned metrics",
     "prune-tables": "§7 Pruning",
     "retrieval-tables": "App. K Retrieval",
+    "findings": "Summary",
     "report": "Summary",
 }
 REPORT_KINDS = {"png": "Figures", "csv": "Tables", "md": "Markdown"}  # file suffix -> subcategory
 REPORT_ITEMS = {  # output path -> (label, caption file under docs/report/)
     "results/data/summary.csv": ("The synthetic world, as stored", "data_summary.rst"),
     "results/figures/world_samples.png": ("Samples of the synthetic world", "world_samples.rst"),
-    "results/zoo_table.csv": ("Tiny model zoo: held-out metrics", "zoo_table.rst"),
+    "results/zoo_table.csv": ("Model zoo: held-out metrics", "zoo_table.rst"),
     "results/diagnose/table1.csv": ("Table 1: the tractability diagnostic", "diagnose_table1.rst"),
     "results/diagnose/power_iterations.csv": ("App. C.3: power-iteration convergence", "diagnose_power_iterations.rst"),
     "results/diagnose/output_metric.csv": ("Output metric: Euclidean vs SO(3)", "diagnose_output_metric.rst"),
@@ -48,6 +49,7 @@ REPORT_ITEMS = {  # output path -> (label, caption file under docs/report/)
     "results/retrieval/two_stage.csv": ("Two-stage search", "retrieval_two_stage.rst"),
     "results/figures/retrieval_distances.png": ("Predicted vs true decoder distance", "retrieval_distances.rst"),
     "results/figures/retrieval_examples.png": ("Example retrievals: DRM vs cosine", "retrieval_examples.rst"),
+    "results/findings.csv": ("Findings: the paper's claims on this run", "findings.rst"),
     "results/REPORT.md": ("REPORT.md: every table beside the paper's", "report_md.rst"),
 }
 

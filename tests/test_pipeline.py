@@ -22,10 +22,11 @@ from conftest import dvc_stages, run, run_together, tool_env
 import taskgeom
 from taskgeom.artifacts import provenance
 from taskgeom.artifacts.tables import read_table
+from taskgeom.evaluate.findings import CLAIMS, FAILS, HOLDS, MIXED
 
 pytestmark = pytest.mark.pipeline
 
-TABLES = ("results/zoo_table.csv", "results/data/summary.csv", "results/REPORT.md",
+TABLES = ("results/findings.csv", "results/zoo_table.csv", "results/data/summary.csv", "results/REPORT.md",
           *(f"results/diagnose/{t}.csv" for t in ("table1", "power_iterations", "output_metric", "accuracy")),
           "results/diagnose/probes/mv-depth-reads.json",
           *(f"results/metric/{t}.csv" for t in ("importance", "head_ablations", "table13", "vae")),
@@ -38,7 +39,11 @@ def test_snakemake_run_leaves_the_tables_and_nothing_to_do(smoke: Path):
     for rel in (*TABLES, "results/zoo_table.md", "results/figures/world_samples.png"):
         assert (smoke / rel).is_file(), rel
     report = (smoke / "results/REPORT.md").read_text()
-    assert "## Model zoo" in report and "world_samples.png" in report
+    assert report.index("## Findings") < report.index("## Data") < report.index("## Model zoo")
+    assert "world_samples.png" in report
+    findings = read_table(smoke / "results/findings.csv")  # complete, not that its verdicts hold
+    assert list(findings["claim"]) == [c.claim for c in CLAIMS] and findings["rule"].str.len().gt(0).all()
+    assert set(findings["verdict"]) <= {HOLDS, FAILS, MIXED}  # the smoke profile reaches every claim
     assert "## Table 1: the tractability diagnostic" in report and "kappa_curves.png" in report
     table1 = read_table(smoke / "results/diagnose/table1.csv")
     ours = table1[table1.source == "ours"].set_index("probe")
@@ -88,8 +93,11 @@ PERTURB = {  # one change under each params key a stage declares, and the stages
     "sources.world-mv-test": (lambda p: p["sources"]["world-mv-test"].update(domain="sketch"),
                               {"sources@world-mv-test", *MV_PROBES, "vae@mv-depth", "targets@mv-depth-latent",
                                *TABLES_OPENING_SOURCES}),
-    "zoo.tiny-cls": (lambda p: p["zoo"]["tiny-cls"].update(lr=p["zoo"]["tiny-cls"]["lr"] * 2), {"zoo@tiny-cls"}),
-    "zoo.tiny-mv": (lambda p: p["zoo"]["tiny-mv"].update(steps=p["zoo"]["tiny-mv"]["steps"] + 1), {"zoo@tiny-mv"}),
+    # findings reads the zoo's kinds (which hosts are multi-view)
+    "zoo.tiny-cls": (lambda p: p["zoo"]["tiny-cls"].update(lr=p["zoo"]["tiny-cls"]["lr"] * 2),
+                     {"zoo@tiny-cls", "findings"}),
+    "zoo.tiny-mv": (lambda p: p["zoo"]["tiny-mv"].update(steps=p["zoo"]["tiny-mv"]["steps"] + 1),
+                    {"zoo@tiny-mv", "findings"}),
     "device": (lambda p: p.update(device="auto"), {"zoo@tiny-cls", "zoo@tiny-dpt", "zoo@tiny-mv", *PROBES,
                                                   "vae@mv-depth", *TARGETS, *HEADS, *SPNS, *PRUNE_CLS, *PRUNE_DENSE,
                                                   *PRUNE_SPEED, *RETRIEVAL}),
@@ -194,7 +202,7 @@ def test_a_head_hyperparameter_reruns_just_its_dependents_under_dvc_then_snakema
     try:
         out = run(["dvc", "repro"], smoke).stdout
         ran = set(re.findall(r"Running stage '([^']+)'", out))
-        assert ran == {"check-params", "head@dpt-block-norm", "metric-tables", "report"}, ran
+        assert ran == {"check-params", "head@dpt-block-norm", "metric-tables", "findings", "report"}, ran
         assert json.loads(run(["dvc", "status", "--json"], smoke).stdout) == {}
         dry = run(["snakemake", "-n"], smoke)  # Snakemake takes DVC's state (pipeline/sync.py)
         assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-4000:]

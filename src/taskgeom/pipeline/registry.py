@@ -20,6 +20,7 @@ which stops Snakemake before it builds its DAG, so Snakemake has no such rule.
 
 from __future__ import annotations
 
+from taskgeom.pipeline import paths
 from taskgeom.pipeline.config import get
 from taskgeom.pipeline.paths import ALL_SOURCES, SOURCE_INDEX, headline, plot_data, reads, source_params
 from taskgeom.pipeline.stage import PARAMS_OK, Collect, Plot, Stage, fill
@@ -28,18 +29,14 @@ PKG = "src/taskgeom"
 WORLD_FILES = {split: f"data/world/{split}.h5" for split in ("train", "val", "test", "mv_train", "mv_test")}
 
 TARGET_SPLITS = ("train", "val", "test")
-DIAGNOSTIC_TABLES = ("table1", "power_iterations", "output_metric", "accuracy")
-METRIC_TABLES = ("importance", "head_ablations", "table13", "vae")
-METRIC_FIGURES = ("importance_maps", "training_curves")
-PRUNE_TABLES = ("table2", "resolutions", "schedules", "second_domain", "baselines", "accuracy", "speed")
-PRUNE_FIGURES = ("prune_degradation", "prune_maps")
-RETRIEVAL_TABLES = ("table14", "table15", "ablation", "two_stage")
-RETRIEVAL_FIGURES = ("retrieval_distances", "retrieval_examples")
 PRUNE_METHODS = ("random", "tome_score", "evit", "tome", "importance")  # the schema's prune_methods
 RETRIEVAL_VARIANTS = ("drm", "no_regression", "no_distillation")     # stages/retrieval.py's VARIANTS
 VAE_TERMS = ("loss", "recon", "task", "kl")                            # the VAE loss and its terms
 SPN_SUPERVISION = ("exact", "q1", "q")                                 # q: learn.targets.power_iters
 STEP, LOSS = "step", "loss (mean over each logging window)"
+FINDINGS_INPUTS = {name: paths.TABLE_CSVS[name] for name in (  # taskgeom.evaluate.findings.CLAIMS' tables
+    "diagnose_table1", "diagnose_power_iterations", "metric_importance", "metric_table13", "metric_vae",
+    "prune_table2", "prune_schedules", "prune_resolutions", "retrieval_table14", "retrieval_table15")}
 COLLECTED = ("zoo", "diagnose.probes", "vae", "learn.spn", "learn.heads", "prune.cls", "prune.dense",
              "retrieval", "sources")  # the params lists and mappings that Collect inputs range over
 PRUNE_SETTINGS = ("prune.ratios", "prune.seeds", "prune.images", "prune.batch_size", "prune.domains",
@@ -114,7 +111,7 @@ STAGES: tuple[Stage, ...] = (
         help="Tabulate every zoo model's held-out metrics against its trivial baseline.",
         deps={"params_ok": PARAMS_OK, "metrics": Collect("results/zoo/{item}.json", over="zoo")},
         outs={"csv": "results/zoo_table.csv", "md": "results/zoo_table.md", "tex": "results/zoo_table.tex"},
-        params=("zoo",),
+        params=(),
     ),
     Stage(
         name="diagnose",
@@ -145,10 +142,7 @@ STAGES: tuple[Stage, ...] = (
               "summaries": Collect("results/diagnose/probes/{item}.json", over="diagnose.probes"),
               "arrays": Collect("results/diagnose/probes/{item}.h5", over="diagnose.probes"),
               "paper_numbers": "references/paper_numbers.yaml"},
-        outs={**{f"{t}_{ext}": f"results/diagnose/{t}.{ext}" for t in DIAGNOSTIC_TABLES
-                 for ext in ("csv", "md", "tex")},
-              **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in ("spectra", "kappa_curves")
-                 for ext in ("png", "pdf")}},
+        outs={**paths.tables("diagnose", paths.DIAGNOSTIC_TABLES), **paths.figures(("spectra", "kappa_curves"))},
         params=("diagnose.probes", "diagnose.estimator", "diagnose.bootstrap", "diagnose.regimes"),
     ),
     Stage(
@@ -235,9 +229,7 @@ STAGES: tuple[Stage, ...] = (
               "vae_curves": Collect("results/vae/{item}_curve.csv", over="vae"),
               "sources": ALL_SOURCES,
               "paper_numbers": "references/paper_numbers.yaml"},
-        outs={**{f"{t}_{ext}": f"results/metric/{t}.{ext}" for t in METRIC_TABLES for ext in ("csv", "md", "tex")},
-              **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in METRIC_FIGURES for ext in ("png", "pdf")}},
-
+        outs={**paths.tables("metric", paths.METRIC_TABLES), **paths.figures(paths.METRIC_FIGURES)},
         params=("sources", "learn.probes"),
     ),
     Stage(
@@ -314,9 +306,7 @@ STAGES: tuple[Stage, ...] = (
               "speed": Collect("results/prune/speed/{item}.csv", over="prune.dense"),
               "sources": ALL_SOURCES,
               "paper_numbers": "references/paper_numbers.yaml"},
-        outs={**{f"{t}_{ext}": f"results/prune/{t}.{ext}" for t in PRUNE_TABLES for ext in ("csv", "md", "tex")},
-              **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in PRUNE_FIGURES for ext in ("png", "pdf")}},
-
+        outs={**paths.tables("prune", paths.PRUNE_TABLES), **paths.figures(paths.PRUNE_FIGURES)},
         params=("sources",),
     ),
     Stage(
@@ -351,24 +341,25 @@ STAGES: tuple[Stage, ...] = (
         deps={"params_ok": PARAMS_OK, "metrics": Collect("results/retrieval/runs/{item}.json", over="retrieval"),
               "curves": Collect("results/retrieval/runs/{item}_curve.csv", over="retrieval"),
               "sources": ALL_SOURCES, "paper_numbers": "references/paper_numbers.yaml"},
-        outs={**{f"{t}_{ext}": f"results/retrieval/{t}.{ext}" for t in RETRIEVAL_TABLES
-                 for ext in ("csv", "md", "tex")},
-              **{f"{fig}_{ext}": f"results/figures/{fig}.{ext}" for fig in RETRIEVAL_FIGURES
-                 for ext in ("png", "pdf")}},
-
+        outs={**paths.tables("retrieval", paths.RETRIEVAL_TABLES), **paths.figures(paths.RETRIEVAL_FIGURES)},
         params=("sources",),
+    ),
+    Stage(
+        name="findings",
+        help="Each of the paper's claims that the run tests: the paper's figure, ours, and a verdict by a stated rule.",
+        deps={"params_ok": PARAMS_OK, **FINDINGS_INPUTS},
+        outs={ext: f"results/findings.{ext}" for ext in ("csv", "md", "tex")},
+        params=("zoo",),
     ),
     Stage(
         name="report",
         help="Assemble every table that exists into results/REPORT.md, beside the paper's figures.",
         deps={
             "params_ok": PARAMS_OK,
+            "findings": "results/findings.csv",
             "zoo_table": "results/zoo_table.csv",
             "data_summary": "results/data/summary.csv",
-            **{f"diagnose_{t}": f"results/diagnose/{t}.csv" for t in DIAGNOSTIC_TABLES},
-            **{f"metric_{t}": f"results/metric/{t}.csv" for t in METRIC_TABLES},
-            **{f"prune_{t}": f"results/prune/{t}.csv" for t in PRUNE_TABLES},
-            **{f"retrieval_{t}": f"results/retrieval/{t}.csv" for t in RETRIEVAL_TABLES},
+            **paths.TABLE_CSVS,
             "paper_numbers": "references/paper_numbers.yaml",
         },
         outs={"report": "results/REPORT.md"},
