@@ -21,6 +21,7 @@ REPORT_KINDS = {"png": "Figures", "csv": "Tables", "md": "Markdown"}  # file suf
 REPORT_ITEMS = {  # output path -> (label, caption file under docs/report/)
     "results/data/summary.csv": ("The synthetic world, as stored", "data_summary.rst"),
     "results/figures/world_samples.png": ("Samples of the synthetic world", "world_samples.rst"),
+    "results/data/token_redundancy.csv": ("Token redundancy at the pruning layers", "token_redundancy.rst"),
     "results/zoo_table.csv": ("Model zoo: held-out metrics", "zoo_table.rst"),
     "results/diagnose/table1.csv": ("Table 1: the tractability diagnostic", "diagnose_table1.rst"),
     "results/diagnose/power_iterations.csv": ("App. C.3: power-iteration convergence", "diagnose_power_iterations.rst"),

@@ -90,9 +90,9 @@ RETRIEVAL = {f"retrieval@{name}" for name in SMOKE["retrieval"]}
 TABLES_OPENING_SOURCES = ("metric-tables", "prune-tables", "retrieval-tables")  # they read params' sources
 PERTURB = {  # one change under each params key a stage declares, and the stages that read it
     "world": (lambda p: p["world"].update(seed=p["world"]["seed"] + 1), {"fetch"}),
-    "sources.world-mv-test": (lambda p: p["sources"]["world-mv-test"].update(domain="sketch"),
-                              {"sources@world-mv-test", *MV_PROBES, "vae@mv-depth", "targets@mv-depth-latent",
-                               *TABLES_OPENING_SOURCES}),
+    "sources.world-mv-test": (lambda p: p["sources"]["world-mv-test"].update(range=[0, 6]),
+                              {"sources@world-mv-test", "zoo@tiny-mv", *MV_PROBES, "vae@mv-depth",
+                               "targets@mv-depth-latent", *TABLES_OPENING_SOURCES}),
     # findings reads the zoo's kinds (which hosts are multi-view)
     "zoo.tiny-cls": (lambda p: p["zoo"]["tiny-cls"].update(lr=p["zoo"]["tiny-cls"]["lr"] * 2),
                      {"zoo@tiny-cls", "findings"}),
@@ -268,6 +268,8 @@ def interrupt_and_resume(repo: Path) -> None:
     # HDF5 keeps no journal: a kill can also leave the partial file damaged, and then it starts over
     assert "train: resuming at scene" in log or "train.h5: the partial file is damaged" in log, log
 
+    for source in ("world-train", "world-test"):  # what the zoo model reads
+        run(["taskgeom", "sources", "--source", source], repo)
     state = repo / "data/zoo/tiny-dpt/.partial/train_state.safetensors"
     zoo = subprocess.Popen(["taskgeom", "zoo", "--model", "tiny-dpt"], cwd=repo, env=tool_env(),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -287,7 +289,9 @@ def test_killed_stages_leave_no_half_written_file_and_resume_to_the_same_result(
     shutil.copytree(repo_copy, reference)
     # the uninterrupted run, on the other core while this one is killed and resumed
     with open(tmp_path / "uninterrupted.log", "w") as err:
-        uninterrupted = subprocess.Popen("taskgeom fetch && taskgeom zoo --model tiny-dpt", shell=True,
+        uninterrupted = subprocess.Popen("taskgeom fetch && taskgeom sources --source world-train && "
+                                         "taskgeom sources --source world-test && taskgeom zoo --model tiny-dpt",
+                                         shell=True,
                                          cwd=reference, env=tool_env(), stdout=subprocess.DEVNULL, stderr=err,
                                          start_new_session=True)
     try:

@@ -306,7 +306,8 @@ STAGES: tuple[Stage, ...] = (
               "speed": Collect("results/prune/speed/{item}.csv", over="prune.dense"),
               "sources": ALL_SOURCES,
               "paper_numbers": "references/paper_numbers.yaml"},
-        outs={**paths.tables("prune", paths.PRUNE_TABLES), **paths.figures(paths.PRUNE_FIGURES)},
+        outs={**paths.tables("prune", paths.PRUNE_TABLES), **paths.tables("data", ("token_redundancy",)),
+              **paths.figures(paths.PRUNE_FIGURES)},
         params=("sources",),
     ),
     Stage(
@@ -359,6 +360,7 @@ STAGES: tuple[Stage, ...] = (
             "findings": "results/findings.csv",
             "zoo_table": "results/zoo_table.csv",
             "data_summary": "results/data/summary.csv",
+            "data_token_redundancy": "results/data/token_redundancy.csv",
             **paths.TABLE_CSVS,
             "paper_numbers": "references/paper_numbers.yaml",
         },

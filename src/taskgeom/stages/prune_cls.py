@@ -34,6 +34,7 @@ from taskgeom.prune.protocol import (
     summary_rows,
     write_degradation,
 )
+from taskgeom.prune.redundancy import NEAR_DUPLICATE, near_duplicate_share
 
 
 def write_dvc_files(ctx: StageContext, rows: list[dict], domain: str, resolution: int) -> None:
@@ -65,6 +66,7 @@ def run(ctx: StageContext) -> None:
         y0 = batched(embed, x, p["batch_size"])
         base_setting = (domain, res) == (p["domains"][0], base_res)
         if base_setting:
+            redundancy = near_duplicate_share(host, x, cfg["layer"], p["batch_size"], ctx.device)
             unpruned = float(knn_correct(bank, bank_labels, y0, labels, p["knn"]["k"],
                                          p["knn"]["temperature"]).double().mean())
         for ratio in p["ratios"]:
@@ -95,5 +97,7 @@ def run(ctx: StageContext) -> None:
     write_table(pd.DataFrame(rows), ctx.outputs["table"], provenance=ctx.provenance())
     write_json(ctx.outputs["summary"], {"model": name, **cfg, "knn_top1_unpruned": unpruned,
                                         "images": count, "seeds": p["seeds"],
+                                        "near_duplicate_keys": {"layer": cfg["layer"], "threshold": NEAR_DUPLICATE,
+                                                                "share": redundancy},
                                         "provenance": {**ctx.provenance(), "input": seen}})
     write_dvc_files(ctx, rows, p["domains"][0], base_res)

@@ -39,6 +39,7 @@ from taskgeom.prune.protocol import (
     summary_rows,
     write_degradation,
 )
+from taskgeom.prune.redundancy import NEAR_DUPLICATE, near_duplicate_share
 from taskgeom.prune.tome import tome_score
 
 EXAMPLES = 4  # test images of the Figure 2 maps
@@ -109,6 +110,8 @@ def run(ctx: StageContext) -> None:
         shape = depth0.shape
         # pixels with valid ground truth; without ground truth (ImageNet), every pixel against the unpruned depth
         mask = valid_depth(gt, source.max_depth) if gt is not None else torch.ones(shape, dtype=torch.bool)
+        if (domain, res, llf) == runs[0]:  # ToMe's keys where the first schedule first prunes
+            redundancy = near_duplicate_share(host, x, cfg["schedules"][0][0], p["batch_size"], ctx.device)
         if examples is None and (domain, res, llf) == runs[0] and shows_targets(ctx, cfg, res):
             examples = figure_maps(ctx, host, cfg, learned[p["seeds"][0]], base, x, depth0.numpy())
         unpruned_gt = (100.0 * silog(depth0, gt, mask)).mean().item() if gt is not None else None
@@ -139,5 +142,7 @@ def run(ctx: StageContext) -> None:
                              ", ".join(f"{m} {v.mean():.3g}" for m, v in add.items()))
     write_table(pd.DataFrame(rows), ctx.outputs["table"], provenance=ctx.provenance())
     write_json(ctx.outputs["summary"], {"model": name, **cfg, "images": count, "seeds": p["seeds"],
+                                        "near_duplicate_keys": {"layer": cfg["schedules"][0][0],
+                                                                "threshold": NEAR_DUPLICATE, "share": redundancy},
                                         "examples": examples, "provenance": {**ctx.provenance(), "input": seen}})
     write_dvc_files(ctx, rows, p["domains"][0], base_res, schedule_name(cfg["schedules"][0]))

@@ -78,6 +78,17 @@ def write(ctx: StageContext, name: str, long: pd.DataFrame, sections: list[tuple
                                                           caption=caption, escape=True), ctx.provenance())
 
 
+def token_redundancy(ctx: StageContext, summaries: dict[str, list[dict]]) -> None:
+    """Each model's share of near-duplicate token pairs at its pruning layer (``prune/redundancy.py``)."""
+    rows = [{"model": s["model"], "part": part, **s["near_duplicate_keys"]}
+            for part, group in summaries.items() for s in group]
+    write_table(pd.DataFrame(rows, columns=["model", "part", "layer", "threshold", "share"]),
+                ctx.outputs["token_redundancy_csv"], ctx.outputs["token_redundancy_md"],
+                ctx.outputs["token_redundancy_tex"], provenance=ctx.provenance(),
+                caption="Share of patch-token pairs whose attention keys (ToMe's similarity) have cosine above the "
+                        "threshold at each model's pruning layer, over the first domain's base-resolution images.")
+
+
 def base_rows(df: pd.DataFrame, base_res: int, domain: str = "rgb") -> pd.DataFrame:
     return df[(df["domain"] == domain) & (df["resolution"] == base_res)]
 
@@ -348,3 +359,4 @@ def run(ctx: StageContext) -> None:
     speed(ctx, ctx.inputs["speed"], numbers)
     degradation_figure(ctx, cls, dense, numbers, base_res)
     maps_figure(ctx, dense_summaries, numbers)
+    token_redundancy(ctx, {"cls": cls_summaries, "dense": dense_summaries})

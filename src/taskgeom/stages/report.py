@@ -102,8 +102,13 @@ SECTIONS = (
             "(`taskgeom.evaluate.findings`): holds where every item it applies to meets the rule, does not hold "
             "where none does, mixed in between, not tested where the profile has no such item."),
     Section("Data", "data_summary",
-            "The synthetic RGB-D world as stored: splits, views, resolutions, class balance and depth statistics.",
+            "The synthetic RGB-D world as stored: splits, views, resolutions, class balance, depth statistics "
+            "and the RGB power-spectrum slope (natural images ≈ −2).",
             figures=("world_samples",)),
+    Section("Token redundancy at the pruning layers", "data_token_redundancy",
+            "How much the tokens repeat one another where each model is pruned: the share of patch-token pairs "
+            "whose attention keys are near-duplicates (cosine above the threshold). Near 1, every method removes "
+            "tokens at little cost."),
     Section("Model zoo", "zoo_table",
             "Held-out metrics of the zoo's models against trivial baselines: the tiny models the pipeline trains, "
             "standing in for the paper's DINOv2 / CLIP (tiny-cls), Depth-Anything-V2 (tiny-dpt) and VGGT (tiny-mv), "
