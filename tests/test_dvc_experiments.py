@@ -70,7 +70,7 @@ def test_an_experiment_on_one_key_changes_only_its_stages_metrics(smoke: Path, t
     run([*git, "commit", "-qm", "baseline"], repo)  # dvc.lock: the Snakemake run, recorded by its onsuccess
     log = run(["dvc", "exp", "run", "-n", "wrank-2", "-S", f"++learn.heads.{HEAD}.w_rank=2.0"], repo).stdout
     ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")}
-    assert ran <= {"check-params", f"head@{HEAD}", "metric-tables", "report"} and f"head@{HEAD}" in ran, log
+    assert ran <= {"check-params", f"head@{HEAD}", "metric-tables", "findings", "report"} and f"head@{HEAD}" in ran, log
 
     rows = json.loads(run(["dvc", "exp", "show", "--json"], repo).stdout)
     (exp,) = [e for row in rows for e in row.get("experiments") or [] if e["name"] == "wrank-2"]
