@@ -211,24 +211,25 @@ def test_a_head_hyperparameter_reruns_just_its_dependents_under_dvc_then_snakema
         run(["dvc", "repro"], smoke)
 
 
-def test_invalid_params_fail_before_any_work_and_keep_outputs(smoke: Path):
+def test_invalid_params_fail_before_any_work_and_keep_outputs_and_logs(smoke: Path):
     params_path = smoke / "params.yaml"
     original = params_path.read_text()
-    snapshot = {p: p.read_bytes() for p in (smoke / "results").rglob("*") if p.is_file()}
+    kept = lambda: {p: p.read_bytes() for d in ("results", "logs") for p in (smoke / d).rglob("*") if p.is_file()}
+    snapshot = kept()
     try:
         params_path.write_text(original.replace("  resolution: 64", "  resolution: 64\n  sede: 1"))
         for cmd, named in ((["snakemake", "--cores", "2", "--forceall"], "('sede' was unexpected)"),
                            (["dvc", "repro", "--force"], "unknown key world.sede"),
-                           (["taskgeom", "fetch"], "unknown key world.sede")):
+                           (["taskgeom", "fetch", "--log", "logs/fetch.log"], "unknown key world.sede")):
             proc = run(cmd, smoke, check=False)
             assert proc.returncode != 0, cmd
             assert named in proc.stdout + proc.stderr, cmd
         params_path.write_text(original.replace("lr: 0.002", "lr: -1.0", 1))
-        proc = run(["taskgeom", "zoo", "--model", "tiny-cls"], smoke, check=False)
+        proc = run(["taskgeom", "zoo", "--model", "tiny-cls", "--log", "logs/zoo/tiny-cls.log"], smoke, check=False)
         assert proc.returncode == 2 and "zoo.tiny-cls.lr" in proc.stderr
     finally:
         params_path.write_text(original)
-    assert {p: p.read_bytes() for p in (smoke / "results").rglob("*") if p.is_file()} == snapshot
+    assert kept() == snapshot  # a refused call leaves every output and every earlier log as it was
 
 
 def test_every_result_file_records_where_it_came_from(smoke: Path):

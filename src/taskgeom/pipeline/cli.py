@@ -48,7 +48,7 @@ def run_stage(stage: Stage, args: argparse.Namespace) -> int:
     from taskgeom.pipeline.runtime import StageContext, resolve_device, use_threads
 
     threads = use_threads(stage.threads)  # before anything imports torch
-    log = setup_logging(args.log)
+    setup_logging(None)  # a call refused below writes nothing, its log file included
     params = config.load(args.params)
     value = getattr(args, stage.wildcard) if stage.wildcard else None
     if stage.foreach and value not in config.get(params, stage.foreach):
@@ -57,6 +57,7 @@ def run_stage(stage: Stage, args: argparse.Namespace) -> int:
     if missing := missing_inputs(inputs):
         raise FileNotFoundError(f"stage {stage.name}: missing input(s): {', '.join(missing)}")
     keys = param_keys(stage, params, value)
+    log = setup_logging(args.log)
     device = resolve_device(params["device"]) if "device" in keys else "cpu"
     ctx = StageContext(stage.name, inputs, outputs, config.select(params, keys), value, device, log)
     start = time.perf_counter()

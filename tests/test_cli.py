@@ -1,0 +1,30 @@
+"""A stage command that is refused (bad parameters, an item params.yaml does not list, a missing
+input) writes nothing: its log file from an earlier run keeps its bytes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from taskgeom.pipeline.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("case", ["invalid params", "unlisted item", "missing input"])
+def test_a_refused_stage_leaves_its_earlier_log(tmp_path: Path, monkeypatch, case: str):
+    monkeypatch.chdir(tmp_path)
+    params = tmp_path / "params.yaml"
+    shutil.copyfile(ROOT / "params/smoke.yaml", params)
+    if case == "invalid params":
+        params.write_text(params.read_text().replace("lr: 0.002", "lr: -1.0", 1))
+    log = tmp_path / "logs/zoo/tiny-cls.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("the earlier run's log\n")
+    model = "tiny-xl" if case == "unlisted item" else "tiny-cls"  # no world, no sources: inputs are missing
+    assert main(["zoo", "--model", model, "--params", str(params), "--log", str(log)]) == 2
+    assert log.read_text() == "the earlier run's log\n"
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "logs", "logs/zoo", "logs/zoo/tiny-cls.log", "params.yaml"]
