@@ -15,10 +15,15 @@ inputs when the world has not been rendered):
   dense / diagnose, and the errors of the matrix-free values against it.
 
 --paper-scale adds DINOv2 ViT-B/14 with random weights at 224×224 (257 tokens × 768), CLS probe
-at block 10, with the process's peak resident memory. Results: results/benchmarks/diagnose_cost.{csv,md}
-(and diagnose_paper_scale.{csv,md}). All ratios come from timings taken in this one run.
+at block 10, with the process's peak resident memory. --plain-vit adds a user's model as it
+comes: a random 6-block, 192-wide timm ViT (timm's defaults, fused attention on) with a
+16-channel linear dense head, probed by a plain closure and called as the README does, once with
+its parameters requiring grad (as built) and once frozen, with the ratio of the two costs and
+whether any returned tensor requires grad. Results: results/benchmarks/diagnose_cost.{csv,md}
+(and diagnose_paper_scale.{csv,md}, diagnose_plain_vit.{csv,md}). All ratios come from timings
+taken in this one run.
 
-    python benchmarks/diagnose_cost.py [--images 3] [--repeats 3] [--paper-scale] [--device cpu]
+    python benchmarks/diagnose_cost.py [--images 3] [--repeats 3] [--paper-scale] [--plain-vit] [--device cpu]
 """
 
 from __future__ import annotations
@@ -187,6 +192,45 @@ def paper_scale(device: str) -> dict:
     return row
 
 
+def plain_vit_probe(frozen: bool, device: str) -> Probe:
+    """Block-2 features (N, D) -> the dense head's per-token output (P·16,), closing over the model."""
+    import timm
+
+    torch.manual_seed(0)
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, patch_size=8, depth=6,
+                            num_classes=0).eval().to(device)
+    head = torch.nn.Linear(vit.embed_dim, 16).to(device)
+    if frozen:
+        vit.requires_grad_(False)
+        head.requires_grad_(False)
+    image = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0)).to(device)
+    with torch.no_grad():
+        F = vit.blocks[:2](vit._pos_embed(vit.patch_embed(image)))[0]
+
+    def f(F):
+        y = F.unsqueeze(0)
+        for block in vit.blocks[2:]:
+            y = block(y)
+        return head(vit.norm(y)[0, vit.num_prefix_tokens:]).flatten()
+
+    return Probe(F=F, f=f, layers=(1,), tokens_per_layer=F.shape[0])
+
+
+def plain_vit(device: str, repeats: int) -> list[dict]:
+    rows = []
+    for case, frozen in (("as built (requires grad)", False), ("frozen", True)):
+        probe = plain_vit_probe(frozen, device)
+        d, seconds, spent, fwd = timed_diagnose(probe, 0, sync_for(device), repeats)
+        grads = any(v.requires_grad for v in vars(d).values() if isinstance(v, torch.Tensor))
+        rows.append({"case": case, "N": probe.F.shape[0], "D": probe.F.shape[1], "M": int(probe.f(probe.F).numel()),
+                     "forward_ms": 1e3 * fwd, "diagnose_s": seconds, **cost_columns(d, seconds, spent, fwd),
+                     "products": d.products, "kappa_cap": d.kappa_cap, "erank": d.erank,
+                     "returns_tensors_requiring_grad": grads})
+    rows[0]["cost_over_frozen"] = rows[0]["diagnose_s"] / rows[1]["diagnose_s"]
+    print(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"), flush=True)
+    return rows
+
+
 def write(df: pd.DataFrame, stem: str, title: str) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     write_text(OUT / f"{stem}.csv", df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
@@ -201,12 +245,19 @@ def main() -> int:
     ap.add_argument("--probes", nargs="*", help="probe names (default: all of params diagnose.probes)")
     ap.add_argument("--repeats", type=int, default=3, help="runs of diagnose per image; the median is kept")
     ap.add_argument("--paper-scale", action="store_true")
+    ap.add_argument("--plain-vit", action="store_true", help="also a plain timm ViT closure, unfrozen and frozen")
+    ap.add_argument("--only-plain-vit", action="store_true", help="the plain timm ViT cases alone")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--suffix", default="", help="appended to the output names, e.g. _gpu")
     args = ap.parse_args()
     params = config.load(args.params)
     header = (f"taskgeom {code_version()}, torch {torch.__version__}, {platform.node()} {args.device}, "
               f"{torch.get_num_threads()} threads")
+    if args.plain_vit or args.only_plain_vit:
+        write(pd.DataFrame(plain_vit(args.device, args.repeats)), f"diagnose_plain_vit{args.suffix}",
+              f"`diagnose` as the README calls it on a plain timm ViT closure, unfrozen and frozen ({header}).")
+        if args.only_plain_vit:
+            return 0
     rows = []
     for name, spec in params["diagnose"]["probes"].items():
         if args.probes and name not in args.probes:

@@ -234,3 +234,44 @@ def test_auto_power_iters_stops_when_the_subspace_settles():
     assert k > subspace_alignment(e.modes.reshape(N * D, -1), diagnose(slow, F).modes.reshape(N * D, -1))
     with pytest.raises(ValueError, match="power_iters"):
         diagnose(fast, F, power_iters="often")
+
+
+def _vit_probe(fused: bool, frozen: bool):
+    """f: block-1 features (N, D) -> the CLS embedding of a random 3-block timm ViT, closing over
+    the model as a user would write it."""
+    import timm
+
+    torch.manual_seed(0)
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=3,
+                            embed_dim=48, num_heads=2, num_classes=0).eval()
+    for m in vit.modules():
+        if hasattr(m, "fused_attn"):
+            m.fused_attn = fused
+    vit.requires_grad_(not frozen)
+    with torch.no_grad():
+        F = vit.blocks[0](vit._pos_embed(vit.patch_embed(torch.randn(1, 3, 32, 32))))[0]
+
+    def f(F):
+        y = F.unsqueeze(0)
+        for block in vit.blocks[1:]:
+            y = block(y)
+        return vit.norm(y)[0, 0]
+
+    return vit, f, F
+
+
+def test_a_map_over_an_unfrozen_model_with_fused_attention_records_nothing_and_agrees():
+    vit, f, F = _vit_probe(fused=True, frozen=False)
+    d = diagnose(f, F, r=4, num_probes=8, power_iters=1, seed=0)
+    exact = diagnose_exact(f, F, r=4)
+    _, g, G = _vit_probe(fused=False, frozen=True)
+    reference = diagnose(g, G, r=4, num_probes=8, power_iters=1, seed=0)
+    for result in (d, exact):
+        tensors = [v for v in vars(result).values() if isinstance(v, torch.Tensor)]
+        assert tensors and not any(t.requires_grad for t in tensors)
+        assert isinstance(result.kappa_cap, float) and isinstance(result.erank, float)
+    assert all(p.grad is None for p in vit.parameters())
+    assert d.kappa_cap == pytest.approx(reference.kappa_cap, abs=1e-5)
+    assert d.erank == pytest.approx(reference.erank, rel=1e-5)
+    torch.testing.assert_close(d.sigma, reference.sigma, rtol=1e-4, atol=1e-6)
+    assert torch.is_grad_enabled()  # restored

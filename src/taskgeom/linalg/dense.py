@@ -9,6 +9,8 @@ import torch
 from torch import Tensor
 from torch.func import jacrev
 
+from taskgeom.linalg.operator import product_mode
+
 
 def dense_jacobian(f: Callable[[Tensor], Tensor], F: Tensor, chunk_size: int | None = 256) -> Tensor:
     """The whole Jacobian of f at F by reverse mode: M VJPs.
@@ -22,7 +24,8 @@ def dense_jacobian(f: Callable[[Tensor], Tensor], F: Tensor, chunk_size: int | N
     Returns:
         J (M, N·D), columns row-major over (token, channel), the flattening of ``F.reshape(-1)``.
     """
-    J = jacrev(f, chunk_size=chunk_size)(F.detach())
+    with product_mode():
+        J = jacrev(f, chunk_size=chunk_size)(F.detach())
     return J.reshape(-1, F.numel())
 
 

@@ -8,11 +8,24 @@ exactly what they spent.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor
 from torch.func import jvp, linearize, vjp, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+@contextlib.contextmanager
+def product_mode() -> Iterator[None]:
+    """Where the map's products run: outer autograd off (a map closing over parameters that
+    require grad records nothing, and nothing it returns requires grad; torch.func's own
+    transforms are unaffected), and scaled-dot-product attention on its math path (the fused
+    CPU kernels have no forward-AD rule; the math path is the same attention, differentiable
+    by torch.func). Both are restored on exit."""
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        yield
 
 
 class JacobianOperator:
@@ -20,6 +33,9 @@ class JacobianOperator:
 
     ``matvec``  V (k, N, D) -> J V  (k, M)       k JVPs, one vmapped call
     ``rmatvec`` U (k, M)    -> Jᵀ U (k, N, D)    k VJPs, one vmapped call of a single pullback
+
+    Products run in ``product_mode`` (no outer autograd, attention on its math path), whatever
+    the caller's parameters and attention settings are.
 
     The pullback is built once here (one ``torch.func.vjp``), so VJP blocks never re-run the
     forward. The JVP side reuses one jvp function under vmap (f is traced once per block, not
@@ -40,13 +56,14 @@ class JacobianOperator:
     def __init__(self, f: Callable[[Tensor], Tensor], F: Tensor, linearize: bool = False):
         self.f = f
         self.F = F.detach()
-        if linearize:
-            y, self._jvp_one = _linearized(f, self.F)
-        else:
-            y = None
-            Fp = self.F
-            self._jvp_one = lambda v: jvp(f, (Fp,), (v,))[1]
-        y_vjp, self._pullback = vjp(f, self.F)
+        with product_mode():
+            if linearize:
+                y, self._jvp_one = _linearized(f, self.F)
+            else:
+                y = None
+                Fp = self.F
+                self._jvp_one = lambda v: jvp(f, (Fp,), (v,))[1]
+            y_vjp, self._pullback = vjp(f, self.F)
         self.y = (y if y is not None else y_vjp).detach()
         self._jvp_block = vmap(self._jvp_one)
         self._vjp_block = vmap(lambda u: self._pullback(u)[0])
@@ -103,7 +120,8 @@ class JacobianOperator:
         self.jvps += V.shape[0]
         if V.shape[0] == 0:
             return V.new_zeros(0, self.out_dim)
-        return self._jvp_block(V).reshape(V.shape[0], self.out_dim)
+        with product_mode():
+            return self._jvp_block(V).reshape(V.shape[0], self.out_dim)
 
     def rmatvec(self, U: Tensor) -> Tensor:
         """Jᵀ U by k batched VJPs through the one pullback.
@@ -123,7 +141,8 @@ class JacobianOperator:
         self.vjps += U.shape[0]
         if U.shape[0] == 0:
             return U.new_zeros(0, *self.F.shape)
-        return self._vjp_block(U.reshape(U.shape[0], *self.y.shape))
+        with product_mode():
+            return self._vjp_block(U.reshape(U.shape[0], *self.y.shape))
 
     # Flat views used by the estimators: columns of matrices in R^{N·D} and R^M.
     def mm(self, X: Tensor) -> Tensor:
