@@ -95,7 +95,7 @@ def test_checkpoint_round_trip_gives_the_same_model(world, tmp_path: Path):
     assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())
     fresh = zoo.seeded(0, config["architecture"])  # the trained weights are not the initialisation
     assert not all(torch.equal(v, saved[k]) for k, v in fresh.state_dict().items())
-    with pytest.raises(FileNotFoundError, match="zoo checkpoint file missing"):
+    with pytest.raises(FileNotFoundError, match="checkpoint file missing"):
         zoo.load(tmp_path / "absent.safetensors", ctx.outputs["config"])
 
 

@@ -7,12 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from taskgeom.artifacts.atomic import atomic_path, write_json
-from taskgeom.artifacts.provenance import KEY as PROVENANCE
-from taskgeom.artifacts.provenance import encode
+from taskgeom.artifacts import checkpoints
 
 
 def save_seeds(models: dict[int, nn.Module], architecture: dict, weights: Path, config_path: Path,
@@ -21,9 +18,7 @@ def save_seeds(models: dict[int, nn.Module], architecture: dict, weights: Path, 
     both record ``provenance``."""
     state = {f"seed{seed}.{k}": v.detach().contiguous().cpu()
              for seed, model in models.items() for k, v in model.state_dict().items()}
-    with atomic_path(weights) as tmp:
-        save_file(state, str(tmp), metadata={PROVENANCE: encode(provenance)})
-    write_json(config_path, {"architecture": architecture, "seeds": list(models), PROVENANCE: provenance})
+    checkpoints.write(state, {"architecture": architecture, "seeds": list(models)}, weights, config_path, provenance)
 
 
 def load(weights: str | Path, config_path: str | Path, seed: int | None = None) -> tuple[nn.Module, dict]:
@@ -32,14 +27,12 @@ def load(weights: str | Path, config_path: str | Path, seed: int | None = None) 
     from taskgeom.metric.head import ImportanceHead
     from taskgeom.metric.spn import SpectralPullbackNetwork
 
-    for p in (Path(weights), Path(config_path)):
-        if not p.is_file():
-            raise FileNotFoundError(f"{p}: checkpoint file missing (run the stage that trains it)")
-    meta = json.loads(Path(config_path).read_text())
+    rerun = "rerun the stage that trains it: `taskgeom head` or `spn`"
+    meta = checkpoints.read_config(Path(config_path), rerun)
     cfg = meta["architecture"]
     args = {k: v for k, v in cfg.items() if k != "kind"}
     model = {"importance_head": ImportanceHead, "spn": SpectralPullbackNetwork}[cfg["kind"]](**args)
-    state = load_file(str(weights))
+    state = checkpoints.read_weights(Path(weights), meta, rerun)
     if "seeds" in meta:
         seeds = meta["seeds"]
         seed = seeds[0] if seed is None else seed

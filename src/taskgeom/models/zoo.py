@@ -6,12 +6,9 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from taskgeom.artifacts.atomic import atomic_path, write_json
-from taskgeom.artifacts.provenance import KEY as PROVENANCE
-from taskgeom.artifacts.provenance import encode
+from taskgeom.artifacts import checkpoints
 from taskgeom.models.dpt import TinyDPT
 from taskgeom.models.multiview import TinyMultiView
 from taskgeom.models.vit import TimmViTHost, tiny_vit
@@ -49,28 +46,18 @@ def architecture(params_entry: dict, img_size: int) -> dict:
 
 def save(model: nn.Module, config: dict, weights: Path, config_path: Path, provenance: dict,
          metadata: dict | None = None) -> None:
-    """Weights as safetensors (never pickles) and the architecture + ``metadata`` as JSON, both
-    atomically, both recording ``provenance``."""
+    """Weights as safetensors and the architecture + ``metadata`` as JSON, with the weights' digest
+    (``artifacts.checkpoints``), both atomically, both recording ``provenance``."""
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    with atomic_path(weights) as tmp:
-        # One metadata entry: safetensors writes several in a random order, and reruns must
-        # give identical bytes. The architecture is in the JSON.
-        save_file(state, str(tmp), metadata={PROVENANCE: encode(provenance)})
-    write_json(config_path, {"architecture": config, **(metadata or {}), PROVENANCE: provenance})
+    checkpoints.write(state, {"architecture": config, **(metadata or {})}, weights, config_path, provenance)
 
 
 def load(weights: str | Path, config_path: str | Path, device: str = "cpu") -> nn.Module:
-    """Rebuild a zoo model from its JSON config and safetensors weights (eval mode)."""
-    weights, config_path = Path(weights), Path(config_path)
-    for p in (weights, config_path):
-        if not p.is_file():
-            raise FileNotFoundError(f"{p}: zoo checkpoint file missing (run `taskgeom zoo` for this model)")
-    try:
-        config = json.loads(config_path.read_text())["architecture"]
-    except (json.JSONDecodeError, KeyError) as exc:
-        raise ValueError(f"{config_path}: not a zoo model config: {exc}") from None
-    model = build(config)
-    model.load_state_dict(load_file(str(weights), device="cpu"))
+    """Rebuild a zoo model from its JSON config and checked safetensors weights (eval mode)."""
+    rerun = "rerun the stage that wrote it: `taskgeom zoo`, `vae` or `retrieval`"
+    config = checkpoints.read_config(Path(config_path), rerun)
+    model = build(config["architecture"])
+    model.load_state_dict(checkpoints.read_weights(Path(weights), config, rerun))
     return model.to(device).eval()
 
 

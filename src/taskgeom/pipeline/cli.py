@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from taskgeom import __version__
+from taskgeom.artifacts.checkpoints import CheckpointError
 from taskgeom.data.hdf5 import StoreError
 from taskgeom.pipeline import config
 from taskgeom.pipeline.registry import STAGES
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (config.ParamsError, FileNotFoundError, StoreError) as exc:
+    except (config.ParamsError, FileNotFoundError, StoreError, CheckpointError) as exc:
         print(f"taskgeom: error: {exc}", file=sys.stderr)
         return 2
 

@@ -84,18 +84,16 @@ def load_drm(weights, config_path) -> DecoderRetrievalMetric:
     Raises:
         FileNotFoundError: either file is missing.
     """
-    import json
     from pathlib import Path
 
-    from safetensors.torch import load_file
+    from taskgeom.artifacts import checkpoints
 
-    for p in (Path(weights), Path(config_path)):
-        if not p.is_file():
-            raise FileNotFoundError(f"{p}: DRM checkpoint file missing (run the retrieval stage)")
-    cfg = json.loads(Path(config_path).read_text())["architecture"]
+    rerun = "rerun the retrieval stage"
+    meta = checkpoints.read_config(Path(config_path), rerun)
+    cfg = meta["architecture"]
     head = {k: v for k, v in cfg["head"].items() if k != "kind"}
     model = DecoderRetrievalMetric(ImportanceHead(**head), cfg["dim"], cfg["rank"])
-    model.load_state_dict(load_file(str(weights)))
+    model.load_state_dict(checkpoints.read_weights(Path(weights), meta, rerun))
     return model.eval()
 
 

@@ -1,0 +1,73 @@
+"""Checkpoints on disk, checked: safetensors weights (never pickles) beside a JSON config that
+records the sha256 of the weights file (``WEIGHTS_SHA256``). Loading verifies the digest, so
+weights damaged after writing, or from another run than their config, are refused; any
+safetensors or JSON error is reported with the file's path and the stage to rerun. Configs
+written before the digest existed load unchecked."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+from taskgeom.artifacts.atomic import atomic_path, write_json
+from taskgeom.artifacts.provenance import KEY as PROVENANCE
+from taskgeom.artifacts.provenance import encode
+
+WEIGHTS_SHA256 = "weights_sha256"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read or does not match its config; the message names it."""
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write(state: dict[str, Tensor], config: dict[str, Any], weights: Path, config_path: Path,
+          provenance: dict) -> None:
+    """The weights (one metadata entry, the provenance: reruns give identical bytes), then the
+    config with their digest and the provenance, each atomically."""
+    with atomic_path(weights) as tmp:
+        save_file(state, str(tmp), metadata={PROVENANCE: encode(provenance)})
+        digest = file_sha256(tmp)
+    write_json(config_path, {**config, WEIGHTS_SHA256: digest, PROVENANCE: provenance})
+
+
+def read_config(config_path: Path, rerun: str) -> dict[str, Any]:
+    """A checkpoint's config; ``rerun`` names what writes it, for the error message."""
+    config_path = Path(config_path)
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path}: checkpoint file missing ({rerun})")
+    try:
+        config = json.loads(config_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{config_path}: not a checkpoint config, unreadable JSON ({err}); {rerun}") from None
+    if not isinstance(config, dict) or "architecture" not in config:
+        raise CheckpointError(f"{config_path}: not a checkpoint config (no architecture); {rerun}")
+    return config
+
+
+def read_weights(weights: Path, config: dict[str, Any], rerun: str) -> dict[str, Tensor]:
+    """The tensors of ``weights``, after checking them against the digest ``config`` records."""
+    weights = Path(weights)
+    if not weights.is_file():
+        raise FileNotFoundError(f"{weights}: checkpoint file missing ({rerun})")
+    expected = config.get(WEIGHTS_SHA256)
+    if expected is not None and file_sha256(weights) != expected:
+        raise CheckpointError(f"{weights}: its bytes do not match the digest its config records (damaged, or "
+                              f"written by another run); {rerun}")
+    try:
+        return load_file(str(weights))
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"{weights}: not a readable safetensors file ({err}); {rerun}") from None
