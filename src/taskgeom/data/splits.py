@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from taskgeom.data.hdf5 import open_store, read_attr_json
+from taskgeom.data.hdf5 import open_store
 
 MEAN, STD = 0.5, 0.25
 
@@ -29,7 +29,3 @@ def to_input(rgb: np.ndarray | Tensor) -> Tensor:
     x = torch.as_tensor(rgb).movedim(-1, -3).float() / 255.0
     return (x - MEAN) / STD
 
-
-def world_max_depth(path: Path) -> float:
-    with open_store(path, "world") as f:
-        return float(read_attr_json(f, "spec")["max_depth"])
