@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from taskgeom.evaluate.findings import CLAIMS, FAILS, HOLDS, MIXED, UNTESTED, findings, verdict
+from taskgeom.pipeline.registry import FINDINGS_INPUTS
 
 EMPTY = {name: pd.DataFrame() for c in CLAIMS for name in c.tables}
 SINGLE = lambda model: model == "mv"
@@ -19,6 +20,10 @@ def judged(**tables: pd.DataFrame) -> pd.DataFrame:
 def test_verdicts_count_the_checks():
     assert verdict([]) == UNTESTED and verdict([True, True]) == HOLDS
     assert verdict([False]) == FAILS and verdict([True, False]) == MIXED
+
+
+def test_the_findings_stage_reads_exactly_the_tables_the_claims_name():
+    assert set(FINDINGS_INPUTS) == {name for c in CLAIMS for name in c.tables}
 
 
 def test_a_run_without_any_table_tests_nothing():

@@ -81,8 +81,7 @@ class _Stack:
         shape = (count, *(first.movedim(-3, -1) if images else first).shape[1:])
         if count * first[0].numel() * first.element_size() > SPILL_BYTES:
             dtype = torch.empty(0, dtype=first.dtype).numpy().dtype
-            self.array = np.memmap(tempfile.TemporaryFile(), dtype=dtype, mode="w+", shape=shape)
-            self.store = torch.from_numpy(self.array)
+            self.store = torch.from_numpy(np.memmap(tempfile.TemporaryFile(), dtype=dtype, mode="w+", shape=shape))
         else:
             self.store = torch.empty(shape, dtype=first.dtype)
 

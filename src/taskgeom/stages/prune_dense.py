@@ -110,10 +110,10 @@ def run(ctx: StageContext) -> None:
         shape = depth0.shape
         # pixels with valid ground truth; without ground truth (ImageNet), every pixel against the unpruned depth
         mask = valid_depth(gt, source.max_depth) if gt is not None else torch.ones(shape, dtype=torch.bool)
-        if (domain, res, llf) == runs[0]:  # ToMe's keys where the first schedule first prunes
+        if (domain, res, llf) == runs[0]:  # ToMe's keys where the first schedule first prunes; Figure 2's maps
             redundancy = near_duplicate_share(host, x, cfg["schedules"][0][0], p["batch_size"], ctx.device)
-        if examples is None and (domain, res, llf) == runs[0] and shows_targets(ctx, cfg, res):
-            examples = figure_maps(ctx, host, cfg, learned[p["seeds"][0]], base, x, depth0.numpy())
+            if shows_targets(ctx, cfg, res):
+                examples = figure_maps(ctx, host, cfg, learned[p["seeds"][0]], base, x, depth0.numpy())
         unpruned_gt = (100.0 * silog(depth0, gt, mask)).mean().item() if gt is not None else None
         for schedule in cfg["schedules"]:
             for ratio in p["ratios"]:
