@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def params() -> dict:
-    return config.load(REPO / "params.yaml")
+    """The smoke profile: its zoo trains the CLS and depth models apart (tiny-cls, tiny-dpt)."""
+    return config.load(REPO / "params" / "smoke.yaml")
 
 
 @pytest.mark.parametrize("profile", ["default", "smoke", "paper"])
@@ -50,7 +51,7 @@ def test_params_yaml_is_the_default_profile():
     (lambda p: p["prune"]["cls"]["tiny-cls"].update(layer=5), "prune.cls.tiny-cls.layer"),
     (lambda p: p["prune"]["dense"]["tiny-dpt"].update(schedules=[[3, 1]]), "prune.dense.tiny-dpt.schedules"),
     (lambda p: p["prune"]["dense"]["tiny-dpt"].update(schedules=[[1, 5]]), "prune.dense.tiny-dpt.schedules"),
-    (lambda p: p["prune"]["dense"]["tiny-dpt"].update(probe="dpt-depth-l4"), "prune.dense.tiny-dpt.probe"),
+    (lambda p: p["prune"]["dense"]["tiny-dpt"].update(probe="cls-embed-l4"), "prune.dense.tiny-dpt.probe"),
     (lambda p: p["prune"].update(seeds=[0, 7]), "prune.cls.tiny-cls.head"),
     (lambda p: p["prune"].update(resolutions=[64, 100]), "prune.resolutions"),
     (lambda p: p["prune"].update(domains=["rgb", "infrared"]), "prune.domains"),

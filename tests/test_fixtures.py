@@ -21,6 +21,7 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from taskgeom.data.real import VAL_FILENAME, ImageFolderClasses, NYUDepthV2Labeled, read_nyu_split
+from taskgeom.fixtures import images
 from taskgeom.fixtures.paper_mini import MANIFEST, WRITER, ForeignDirectoryError, write_paper_mini
 from taskgeom.models.adapters import load_paper_model
 from taskgeom.models.host import run_decoder
@@ -81,14 +82,18 @@ def test_imagenet_class_folders(written, folder: str, per_class: int):
     assert len(set(sizes)) > len(sizes) // 2
 
 
-def test_imagenet_val_images_carry_class_signal(written):
-    """Leave-one-out 1-NN on 16 x 16 pixels beats chance (1 in 10) clearly."""
-    data = ImageFolderClasses(written[0] / "imagenet-val", 16)
-    x = torch.stack([data[i][0].flatten() for i in range(len(data))])
-    y = torch.tensor([label for _, label in data.samples])
-    x = torch.nn.functional.normalize(x - x.mean(1, keepdim=True), dim=1)
-    sims = (x @ x.T).fill_diagonal_(-2)
-    assert (y[sims.argmax(1)] == y).float().mean() > 0.2
+def test_imagenet_val_classes_are_the_world_labels_of_their_scenes(written):
+    """Class c's folder holds renders of world scenes whose label (main object's shape x texture)
+    is c: the mapping is checked on the first image of each class against a fresh render. (The
+    classes are not separable by raw-pixel nearest neighbours: colours, surroundings and
+    lighting vary at random within a class, as in natural images.)"""
+    picked = images.pick_scenes(2)
+    for c, wnid in enumerate(images.WNIDS):
+        assert all(images.sample_scene(images.SEED, i).label == c for i in picked[c])
+        path = written[0] / "imagenet-val" / wnid / f"ILSVRC2012_val_{c + 1:08d}.JPEG"
+        stored = np.asarray(Image.open(path).convert("RGB"), dtype=np.float64)
+        fresh = np.asarray(images._render(picked[c][0], "rgb", images.SEED), dtype=np.float64)
+        assert stored.shape == fresh.shape and np.abs(stored - fresh).mean() < 8  # JPEG's loss only
 
 
 def test_nyu_mat_and_splits(written):

@@ -16,9 +16,9 @@ from PIL import Image
 from taskgeom.data import batches as batches_module
 from taskgeom.data.batches import InputDigest, batches, read_inputs
 from taskgeom.data.hdf5 import KIND_ATTR, new_file
-from taskgeom.data.sources import SourceError, open_source, stratified_subset
+from taskgeom.data.sources import SourceError, open_source, stratified_subset, world_arrays
 from taskgeom.data.splits import read_world, to_input
-from taskgeom.data.world import render_split
+from taskgeom.data.world import WorldSpec, render_split
 from taskgeom.models.preprocess import world
 
 
@@ -69,17 +69,33 @@ def test_class_folders_label_by_sorted_folder_and_subsets_are_seeded_and_stratif
     assert not np.array_equal(picked, stratified_subset(labels, 10, seed=1))
 
 
-def _world_file(path: Path, n: int = 5, resolution: int = 32, views: int = 1) -> Path:
-    arrays = render_split(n, seed=1, resolution=resolution, views=views)
+def _world_file(path: Path, n: int = 5, resolution: int = 32, views: int = 1, room_share: float = 0.0) -> Path:
+    arrays = render_split(n, seed=1, resolution=resolution, views=views, spec=WorldSpec(room_share=room_share))
     take = (lambda a: a) if views > 1 else (lambda a: a[:, 0])
     names = ("rgb", "sketch", "depth")
     layout = {f"r{resolution}/{k}": (take(arrays[k]).shape[1:], take(arrays[k]).dtype) for k in names}
     attrs = {KIND_ATTR: "world", "base_resolution": resolution, "num_items": n}
-    with new_file(path, attrs, layout | {"label": ((), "int64")}, n) as f:
+    with new_file(path, attrs, layout | {"label": ((), "int64"), "family": ((), "int8")}, n) as f:
         for k in names:
             f[f"r{resolution}/{k}"][:] = take(arrays[k])
-        f["label"][:] = arrays["label"]
+        f["label"][:], f["family"][:] = arrays["label"], arrays["family"]
     return path
+
+
+def test_a_world_source_of_one_family_holds_exactly_its_scenes(tmp_path):
+    path = _world_file(tmp_path / "test.h5", n=12, room_share=0.5)
+    with h5py.File(path, "r") as f:
+        family, depth, labels = f["family"][:], f["r32/depth"][:], f["label"][:]
+    rooms = np.flatnonzero(family == 1)
+    assert 0 < len(rooms) < 12
+    spec = {"kind": "world", "split": "test", "path": str(path), "family": "room"}
+    source = open_source("rooms", {"rooms": spec})
+    assert source.keys == [f"{path}[{i}]" for i in rooms] and source.labels.tolist() == labels[rooms].tolist()
+    assert np.array_equal(source[1].depth, depth[rooms[1]])
+    window = open_source("rooms", {"rooms": spec | {"range": [1, 3]}})
+    assert np.array_equal(world_arrays(window, ("depth", "family"), "test")["depth"], depth[rooms[1:3]])
+    outdoor = open_source("out", {"out": spec | {"family": "outdoor"}})
+    assert sorted(outdoor.keys + source.keys) == sorted(f"{path}[{i}]" for i in range(12))
 
 
 def test_a_world_source_reproduces_the_worlds_inputs(tmp_path):

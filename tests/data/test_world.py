@@ -21,7 +21,7 @@ from taskgeom.data.world import (
 )
 
 KEYS = {"rgb": np.uint8, "sketch": np.uint8, "depth": np.float32, "K": np.float32,
-        "cam_to_world": np.float32, "label": np.int64, "object_id": np.int16}
+        "cam_to_world": np.float32, "label": np.int64, "family": np.int8, "object_id": np.int16}
 
 
 def _to_world(points: np.ndarray, cam_to_world: np.ndarray) -> np.ndarray:
@@ -45,8 +45,9 @@ def two_view() -> dict[str, np.ndarray]:
 
 
 def test_class_names_and_resolutions():
-    assert len(CLASS_NAMES) == 6 and len(set(CLASS_NAMES)) == 6
-    assert CLASS_NAMES[0] == "sphere-stripes" and CLASS_NAMES[5] == "cylinder-checker"
+    assert len(CLASS_NAMES) == 20 and len(set(CLASS_NAMES)) == 20
+    assert CLASS_NAMES[0] == "sphere-stripes" and CLASS_NAMES[5] == "box-checker"
+    assert CLASS_NAMES[-1] == "fractal-marble"
     assert RESOLUTIONS == (64, 96, 128)
 
 
@@ -56,7 +57,7 @@ def test_shapes_and_dtypes(resolution):
     assert set(out) == set(KEYS)
     r = resolution
     expected = {"rgb": (2, 3, r, r, 3), "sketch": (2, 3, r, r, 3), "depth": (2, 3, r, r), "K": (2, 3, 3, 3),
-                "cam_to_world": (2, 3, 4, 4), "label": (2,), "object_id": (2, 3, r, r)}
+                "cam_to_world": (2, 3, 4, 4), "label": (2,), "family": (2,), "object_id": (2, 3, r, r)}
     for key, shape in expected.items():
         assert out[key].shape == shape, key
         assert out[key].dtype == KEYS[key], key
@@ -87,19 +88,21 @@ def test_chunked_equals_whole_and_views_are_prefix_stable():
     one_view = render_split(5, seed=3, resolution=64, views=1)
     for key in KEYS:
         np.testing.assert_array_equal(whole[key], np.concatenate([p[key] for p in parts]))
-        if key != "label":
+        if key not in ("label", "family"):
             np.testing.assert_array_equal(whole[key][:, :1], one_view[key])
 
 
-def test_all_six_labels_occur():
-    labels = render_split(60, seed=0, resolution=64)["label"]
-    assert set(labels.tolist()) == set(range(6))
+def test_all_labels_occur():
+    labels = render_split(150, seed=0, resolution=8)["label"]
+    assert set(labels.tolist()) == set(range(len(CLASS_NAMES)))
 
 
 def test_spec_validation_and_as_dict():
     spec = WorldSpec(num_objects=(1, 2), fov_deg=(50.0, 50.0))
     assert spec.as_dict() == {"num_objects": [1, 2], "fov_deg": [50.0, 50.0], "camera_distance": [4.0, 8.0],
-                              "camera_height": [1.0, 4.0], "max_depth": 50.0}
+                              "camera_height": [1.0, 4.0], "max_depth": 50.0, "room_share": 0.0,
+                              "room_size": [4.5, 6.5], "room_height": [2.6, 3.4],
+                              "room_camera_distance": [2.5, 3.8], "room_camera_height": [0.9, 2.0]}
     out = render_split(6, seed=0, resolution=64, spec=spec)
     assert out["object_id"].max() <= 2
     np.testing.assert_allclose(out["K"][..., 0, 0], 32 / np.tan(np.radians(25.0)), rtol=1e-6)
@@ -107,6 +110,10 @@ def test_spec_validation_and_as_dict():
         WorldSpec(num_objects=(4, 3))
     with pytest.raises(ValueError, match="fov_deg"):
         WorldSpec(fov_deg=(45.0, 190.0))
+    with pytest.raises(ValueError, match="room_share"):
+        WorldSpec(room_share=1.5)
+    with pytest.raises(ValueError, match="inside the walls"):
+        WorldSpec(room_size=(3.0, 4.0))
 
 
 # --------------------------------------------------------------------------- geometry
@@ -143,26 +150,54 @@ def test_centre_pixel_normal_faces_camera():
     assert view.object_id[-1, 32] == 0  # ground below the sphere
 
 
-def test_every_pixel_lies_on_its_surface(two_view):
-    """Backprojected depth lands on the surface named by object_id."""
-    scene = W.sample_scene(11, 0)
-    depth, K, c2w, ids = (two_view[k][0, 0] for k in ("depth", "K", "cam_to_world", "object_id"))
-    points = _to_world(backproject(depth.astype(np.float64), K), c2w.astype(np.float64))
+def _surface_error(prim: Primitive, points: np.ndarray) -> np.ndarray:
+    """Distance-like error (P,) of world points from a primitive's surface, in units of its size."""
+    c, s = np.cos(prim.yaw), np.sin(prim.yaw)
+    q = points - prim.center
+    q = np.stack([c * q[:, 0] - s * q[:, 2], q[:, 1], s * q[:, 0] + c * q[:, 2]], -1) / prim.half_size
+    rho = np.hypot(q[:, 0], q[:, 2])
+    if prim.shape == "sphere":
+        return np.linalg.norm(q, axis=1) - 1
+    if prim.shape == "box":
+        return np.abs(q).max(axis=1) - 1
+    if prim.shape == "cylinder":
+        return np.maximum(rho, np.abs(q[:, 1])) - 1
+    if prim.shape == "cone":  # side: rho = (1 - y) / 2 in units of (r, h); base: y = -1
+        side, base = rho - (1 - q[:, 1]) / 2, q[:, 1] + 1
+        return np.where(np.abs(base) < np.abs(side), base, side)
+    # fractal: on one of the panels z = 0 or x = 0, within its extent
+    return np.maximum(np.minimum(np.abs(q[:, 0]), np.abs(q[:, 2])), np.abs(q).max(axis=1) - 1)
+
+
+@pytest.mark.parametrize("room_share", [0.0, 1.0])
+def test_every_pixel_lies_on_its_surface(room_share):
+    """Backprojected depth lands on the surface named by object_id: the ground (or a room's
+    floor, walls, ceiling) or the hills for id 0, the primitive's surface for the others."""
+    spec = WorldSpec(room_share=room_share)
     tol = 2e-3  # float32 depth and pose
-    assert np.abs(points[ids == 0][:, 1]).max() < tol
-    for k, prim in enumerate(scene.objects, start=1):
-        if not (ids == k).any():
-            continue
-        c, s = np.cos(prim.yaw), np.sin(prim.yaw)
-        q = points[ids == k] - prim.center
-        q = np.stack([c * q[:, 0] - s * q[:, 2], q[:, 1], s * q[:, 0] + c * q[:, 2]], -1) / prim.half_size
-        if prim.shape == "sphere":
-            err = np.linalg.norm(q, axis=1) - 1
-        elif prim.shape == "box":
-            err = np.abs(q).max(axis=1) - 1
+    checked = set()
+    for index in range(6):
+        scene = W.sample_scene(11, index, spec)
+        camera = W.sample_cameras(scene, 11, index, 1, spec)[0]
+        view = render(scene, camera, 96)
+        points = _to_world(backproject(view.depth.astype(np.float64), camera.K(96)), camera.cam_to_world)
+        env = points[view.object_id == 0]
+        if scene.room is None:
+            radius = scene.hills[0]
+            on_hills = np.abs(np.hypot(env[:, 0], env[:, 2]) - radius) < tol * radius
+            assert (np.abs(env[:, 1]) < tol * 10)[~on_hills].all()
         else:
-            err = np.maximum(np.hypot(q[:, 0], q[:, 2]), np.abs(q[:, 1])) - 1
-        assert np.abs(err).max() < tol / min(prim.half_size), prim.shape
+            assert (view.object_id >= 0).all()
+            hx, height, hz = scene.room
+            err = np.min(np.abs([env[:, 0] - hx, env[:, 0] + hx, env[:, 1], env[:, 1] - height,
+                                 env[:, 2] - hz, env[:, 2] + hz]), axis=0)
+            assert err.max() < tol * 10
+        for k, prim in enumerate(scene.objects, start=1):
+            if (view.object_id == k).sum() >= 4:
+                err = _surface_error(prim, points[view.object_id == k])
+                assert np.abs(err).max() < tol / min(prim.half_size[:2]), (prim.shape, index)
+                checked.add(prim.shape)
+    assert len(checked) >= 4
 
 
 def test_same_scene_at_64_and_128_has_consistent_depth():

@@ -20,11 +20,13 @@ from taskgeom.stages import zoo as zoo_stage
 
 WORLD = {"seed": 3, "resolution": 32, "eval_resolutions": [], "splits": {"train": 96, "val": 4, "test": 32},
          "multiview": {"views": 2, "train": 16, "test": 8}, "num_objects": [3, 4], "fov_deg": [45.0, 60.0],
-         "chunk": 32}
+         "room_share": 0.4, "chunk": 32}
 MODELS = {
     "tiny-cls": dict(kind="cls", embed_dim=32, depth=2, num_heads=2, patch_size=8),
     "tiny-dpt": dict(kind="dpt", embed_dim=32, depth=2, num_heads=2, patch_size=8, read_layers=[0, 1, 1, 1],
                      head_features=16),
+    "tiny-trunk": dict(kind="trunk", embed_dim=32, depth=2, num_heads=2, patch_size=8, read_layers=[0, 1, 1, 1],
+                       head_features=16),
     "tiny-mv": dict(kind="multiview", embed_dim=32, depth=2, num_heads=2, patch_size=8, read_layers=[0, 1, 1, 1],
                     head_features=16),
 }
@@ -75,6 +77,27 @@ def test_depth_model_learns(world, tmp_path: Path):
     assert losses.iloc[-1] < 0.7 * losses.iloc[0]  # training loss falls
     metrics = json.loads(ctx.outputs["metrics"].read_text())["metrics"]
     assert metrics["abs_rel"] < metrics["baseline_abs_rel"]  # held-out, against the mean-depth map
+
+
+def test_trunk_learns_both_tasks_and_reports_each_family(world, tmp_path: Path):
+    """One trunk, two heads: the joint loss falls, depth beats the mean-depth map on the held-out
+    scenes, and the depth metrics are reported per family; its decoders share the blocks."""
+    ctx = zoo_context(world, tmp_path, "tiny-trunk", steps=120)
+    zoo_stage.run(ctx)
+    losses = read_table(ctx.outputs["curve"])["train_loss"]
+    assert losses.iloc[-1] < 0.8 * losses.iloc[0]
+    metrics = json.loads(ctx.outputs["metrics"].read_text())["metrics"]
+    assert metrics["abs_rel"] < metrics["baseline_abs_rel"]
+    assert {"accuracy", "outdoor_delta1", "room_delta1", "baseline_room_delta1"} <= set(metrics)
+    model = zoo.load(ctx.outputs["weights"], ctx.outputs["config"])
+    assert model.decoders == ("cls", "logits", "depth") and model.decoder_layers("cls") == (1,)
+    x = torch.rand(2, 3, 32, 32)
+    out = model(x)
+    assert out["logits"].shape == (2, zoo.NUM_CLASSES) and out["depth"].shape == (2, 32, 32)
+    from taskgeom.models.host import run_decoder
+    torch.testing.assert_close(run_decoder(model, "logits", x), out["logits"])
+    torch.testing.assert_close(run_decoder(model, "depth", x), out["depth"].flatten(1))
+    assert run_decoder(model, "cls", x).shape == (2, 32)
 
 
 def test_classifier_and_multiview_losses_fall(world, tmp_path: Path):

@@ -5,8 +5,9 @@ Kinds and their keys:
 
 - ``world``: a split of the synthetic world (``split``: train / val / test / mv_train /
   mv_test; ``domain``: rgb or sketch; ``resolution``: a rendered resolution, default the
-  split's base one; ``path``: default ``data/world/<split>.h5``). Labels, depth and, for the
-  multi-view splits, (V, H, W, 3) view groups.
+  split's base one; ``family``: outdoor or room, only the scenes of that family, default all;
+  ``path``: default ``data/world/<split>.h5``). Labels, depth and, for the multi-view splits,
+  (V, H, W, 3) view groups.
 - ``imagenet_val``: ImageNet-val, either rearranged in class folders (``path``) or as
   distributed (``path`` to the flat ``ILSVRC2012_val_*.JPEG`` files plus ``labels``, the
   devkit's ground-truth file, and optionally ``meta``, its ``data/meta.mat``).
@@ -50,6 +51,7 @@ from taskgeom.data.real import (
     NYUDepthV2Labeled,
     read_nyu_split,
 )
+from taskgeom.data.world.scene import FAMILIES
 
 KINDS = ("world", "imagenet_val", "imagenet_sketch", "nyu_depth_v2", "folder", "sequences")
 WORLD_DIR = "data/world"
@@ -115,8 +117,10 @@ class Source(Dataset):
 
     def __init__(self, name: str, spec: Mapping[str, Any], keys: list[str], labels: np.ndarray,
                  read: Callable[[int], Item], classes: list[str] | None = None,
-                 max_depth: float | None = None) -> None:
+                 max_depth: float | None = None, stored: np.ndarray | None = None) -> None:
         self.name, self.spec, self.classes, self.max_depth = name, dict(spec), classes, max_depth
+        # item i's position in its file (a world source of one family skips the other's scenes)
+        self.stored = np.arange(len(keys)) if stored is None else stored
         self.has_depth = spec["kind"] in DEPTH_KINDS
         self._keys, self._labels, self._read = keys, labels, read
         self.indices = np.arange(len(keys))
@@ -187,7 +191,12 @@ def _world(name: str, spec: Mapping[str, Any]) -> Source:
             res = int(spec.get("resolution") or f.attrs["base_resolution"])
             if f"r{res}/{domain}" not in f:
                 raise SourceError(f"sources.{name}: {path} has no {domain} renders at {res} px")
-            labels, n = f["label"][:].astype(np.int64), int(f.attrs["num_items"])
+            labels = f["label"][:].astype(np.int64)
+            stored = np.arange(int(f.attrs["num_items"]))
+            if spec.get("family"):
+                if "family" not in f:
+                    raise SourceError(f"sources.{name}.family: {path} records no scene families; rerun fetch")
+                stored = np.flatnonzero(f["family"][:] == FAMILIES.index(spec["family"]))
             max_depth = float(read_attr_json(f, "spec")["max_depth"]) if "spec" in f.attrs else None
     except StoreError as err:
         raise SourceError(f"sources.{name}: {err}") from None
@@ -195,9 +204,10 @@ def _world(name: str, spec: Mapping[str, Any]) -> Source:
 
     def read(i: int) -> Item:
         f = files.get("f") or files.setdefault("f", h5py.File(path, "r"))  # one handle per worker
-        return Item(f[f"r{res}/{domain}"][i], int(labels[i]), f[f"r{res}/depth"][i], f"{path}[{i}]")
+        j = int(stored[i])
+        return Item(f[f"r{res}/{domain}"][j], int(labels[j]), f[f"r{res}/depth"][j], f"{path}[{j}]")
 
-    return Source(name, spec, [f"{path}[{i}]" for i in range(n)], labels, read, None, max_depth)
+    return Source(name, spec, [f"{path}[{j}]" for j in stored], labels[stored], read, None, max_depth, stored)
 
 
 def _class_folders(name: str, spec: Mapping[str, Any]) -> Source:
@@ -331,7 +341,8 @@ def world_arrays(source: Source, keys: tuple[str, ...], what: str) -> dict[str, 
     path = Path(source.spec.get("path") or f"{WORLD_DIR}/{source.spec['split']}.h5")
     with open_store(path, "world") as f:
         res = int(source.spec.get("resolution") or f.attrs["base_resolution"])
-        return {k: f[k if k == "label" else f"r{res}/{k}"][:][source.indices] for k in keys}
+        rows = source.stored[source.indices]
+        return {k: f[k if k in ("label", "family") else f"r{res}/{k}"][:][rows] for k in keys}
 
 
 def first_view(image: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from taskgeom.artifacts.atomic import atomic_path
 from taskgeom.data.splits import to_input
+from taskgeom.data.world.scene import FAMILIES
 from taskgeom.evaluate.tasks import camera_errors, depth_metrics, pose_encoding, valid_depth
 
 EVAL_BATCH = 64
@@ -81,6 +82,34 @@ def dpt_eval(model, test, train, max_depth) -> dict[str, float]:
     return {**ours, **{f"baseline_{k}": v for k, v in base.items()}}
 
 
+# --- classification and depth on one trunk (tiny-trunk) ----------------------------------
+
+def trunk_loss(model: nn.Module, b: dict[str, Tensor]) -> Tensor:
+    """Cross-entropy of the class plus the log-depth L1 of the depth head, from one forward."""
+    out = model(to_input(b["rgb"]))
+    return (F_.cross_entropy(out["logits"], b["label"], label_smoothing=0.1)
+            + log_depth_l1(out["depth"], b["depth"], valid_depth(b["depth"], b["max_depth"])))
+
+
+@torch.no_grad()
+def trunk_eval(model, test, train, max_depth) -> dict[str, float]:
+    """Accuracy, and depth metrics over all test scenes and per family (outdoor, room)."""
+    device = next(model.parameters()).device.type
+    outs = [{k: v.cpu() for k, v in model(to_input(b["rgb"])).items()} for b in batches({"rgb": test["rgb"]}, device)]
+    pred, logits = torch.cat([o["depth"] for o in outs]), torch.cat([o["logits"] for o in outs])
+    target = torch.as_tensor(test["depth"])
+    baseline = mean_log_depth(train["depth"]).expand_as(target)
+    majority = np.bincount(train["label"]).argmax()
+    out = {"accuracy": float((logits.argmax(1).numpy() == test["label"]).mean()),
+           "baseline_accuracy": float((test["label"] == majority).mean())}
+    parts = [("", np.ones(len(target), bool))] + [(f"{f}_", test["family"] == i) for i, f in enumerate(FAMILIES)]
+    for tag, keep in parts:
+        if keep.any():
+            out |= {f"{tag}{k}": v for k, v in depth_metrics(pred[keep], target[keep], max_depth).items()}
+            out |= {f"baseline_{tag}{k}": v for k, v in depth_metrics(baseline[keep], target[keep], max_depth).items()}
+    return out
+
+
 # --- multi-view (tiny-mv) ------------------------------------------------------------------
 
 def pointmaps(depth: np.ndarray, K: np.ndarray, cam_to_world: np.ndarray) -> np.ndarray:
@@ -140,6 +169,7 @@ def mv_eval(model, test, train, max_depth) -> dict[str, float]:
 TASKS = {
     "cls": Task(False, ("rgb", "label"), cls_loss, cls_eval, flip=True),
     "dpt": Task(False, ("rgb", "depth", "label"), dpt_loss, dpt_eval, flip=True),
+    "trunk": Task(False, ("rgb", "depth", "label", "family"), trunk_loss, trunk_eval, flip=True),
     "multiview": Task(True, ("rgb", "depth", "label", "K", "cam_to_world"), mv_loss, mv_eval, flip=False),
 }
 

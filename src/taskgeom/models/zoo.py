@@ -9,11 +9,13 @@ import torch
 from torch import nn
 
 from taskgeom.artifacts import checkpoints
+from taskgeom.data.world.scene import CLASS_NAMES
 from taskgeom.models.dpt import TinyDPT
 from taskgeom.models.multiview import TinyMultiView
+from taskgeom.models.trunk import TinyTrunk
 from taskgeom.models.vit import TimmViTHost, tiny_vit
 
-NUM_CLASSES = 6  # taskgeom.data.world.CLASS_NAMES
+NUM_CLASSES = len(CLASS_NAMES)
 ARCH_KEYS = ("kind", "embed_dim", "depth", "num_heads", "patch_size", "read_layers", "head_features", "img_size")
 
 
@@ -35,6 +37,9 @@ def build(config: dict) -> nn.Module:
         return TimmViTHost(tiny_vit(num_classes=NUM_CLASSES, **common))
     if kind == "dpt":
         return TinyDPT(read_layers=config["read_layers"], head_features=config["head_features"], **common)
+    if kind == "trunk":
+        return TinyTrunk(read_layers=config["read_layers"], head_features=config["head_features"],
+                         num_classes=NUM_CLASSES, **common)
     if kind == "multiview":
         return TinyMultiView(read_layers=config["read_layers"], head_features=config["head_features"], **common)
     raise ValueError(f"unknown zoo model kind {kind!r}")

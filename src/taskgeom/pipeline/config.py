@@ -58,7 +58,8 @@ def cross_checks(params: dict) -> list[str]:
             problems.append(f"zoo.{name}.read_layers: {cfg['read_layers']} must be below depth {cfg['depth']}")
         if cfg["kind"] == "multiview" and cfg.get("read_layers") and sorted(cfg["read_layers"]) != cfg["read_layers"]:
             problems.append(f"zoo.{name}.read_layers: must be increasing")
-    decoders = {"cls": ("cls", "logits"), "dpt": ("depth",), "multiview": ("camera", "depth", "pointmap")}
+    decoders = {"cls": ("cls", "logits"), "dpt": ("depth",), "trunk": ("cls", "logits", "depth"),
+                "multiview": ("camera", "depth", "pointmap")}
     for name, probe in params["diagnose"]["probes"].items():
         key = f"diagnose.probes.{name}"
         cfg = zoo.get(probe["model"])

@@ -3,11 +3,16 @@
 File layout (every split): one group per resolution, ``r64`` (base) and, for the
 test splits, ``r96`` / ``r128``; in each, ``rgb`` and ``sketch`` (S[,V],H,W,3) uint8,
 ``depth`` (S[,V],H,W) float32 metres, ``object_id`` (S[,V],H,W) int16,
-``K`` (S[,V],3,3), ``cam_to_world`` (S[,V],4,4) and ``label`` (S,). Single-view
+``K`` (S[,V],3,3), ``cam_to_world`` (S[,V],4,4), and at the top ``label`` (S,) and
+``family`` (S,) int8 (0 outdoor, 1 room: ``taskgeom.data.world.FAMILIES``). Single-view
 splits drop the V axis. The same scene index is the same scene at every resolution.
 """
 
 from __future__ import annotations
+
+import os
+from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import nullcontext
 
 import numpy as np
 import pandas as pd
@@ -15,7 +20,7 @@ import pandas as pd
 from taskgeom.artifacts.figures import plt, save_figure
 from taskgeom.artifacts.tables import write_table
 from taskgeom.data.hdf5 import ResumableH5, open_store
-from taskgeom.data.world import CLASS_NAMES, WorldSpec, render_split
+from taskgeom.data.world import CLASS_NAMES, FAMILIES, WorldSpec, render_split
 from taskgeom.evaluate.image_stats import spectrum_slope
 from taskgeom.pipeline.runtime import StageContext
 
@@ -51,15 +56,30 @@ def layout(views: int, resolutions: list[int]) -> dict[str, tuple[tuple[int, ...
             f"{g}/depth": ((*lead, r, r), "float32"), f"{g}/object_id": ((*lead, r, r), "int16"),
             f"{g}/K": ((*lead, 3, 3), "float32"), f"{g}/cam_to_world": ((*lead, 4, 4), "float32"),
         }
-    return out | {"label": ((), "int64")}
+    return out | {"label": ((), "int64"), "family": ((), "int8")}
 
 
-def build_split(ctx: StageContext, split: str, spec: WorldSpec) -> None:
+def render_block(seed: int, start: int, n: int, views: int, resolutions: list[int],
+                 spec: WorldSpec) -> dict[str, np.ndarray]:
+    """Scenes start..start+n-1 of a split at every resolution, keyed as the file stores them."""
+    block = {}
+    for r in resolutions:
+        views_ = render_split(n, seed, r, views=views, spec=spec, start=start)
+        for name in ARRAYS:
+            block[f"r{r}/{name}"] = views_[name] if views > 1 else views_[name][:, 0]
+        block["label"], block["family"] = views_["label"], views_["family"]
+    return block
+
+
+def build_split(ctx: StageContext, split: str, spec: WorldSpec, pool: Executor | None) -> None:
+    """Render one split into its resumable store, chunk by chunk (on ``pool``'s processes when
+    given: a chunk is a function of (seed, start) alone, so the bytes do not depend on it)."""
     world = ctx.params["world"]
     scenes, views, resolutions = split_plan(world)[split]
     seed = split_seed(world["seed"], split)
     attrs = {"split": split, "seed": seed, "world_seed": world["seed"], "views": views, "resolutions": resolutions,
              "base_resolution": world["resolution"], "spec": spec.as_dict(), "class_names": list(CLASS_NAMES),
+             "families": list(FAMILIES),
              "depth_units": "metres (camera z)",
              "camera_convention": "OpenCV: x right, y down, z forward; cam_to_world",
              "provenance": ctx.provenance()}
@@ -67,16 +87,11 @@ def build_split(ctx: StageContext, split: str, spec: WorldSpec) -> None:
     if store.done:
         ctx.log.info("%s: resuming at scene %d of %d", split, store.done, scenes)
     chunk = world["chunk"]
+    starts = range(store.done, scenes, chunk)
+    jobs = [(seed, start, min(chunk, scenes - start), views, resolutions, spec) for start in starts]
+    blocks = pool.map(render_block, *zip(*jobs)) if pool is not None and jobs else (render_block(*j) for j in jobs)
     try:
-        for start in ctx.progress(range(store.done, scenes, chunk), desc=f"fetch {split}",
-                                  total=len(range(store.done, scenes, chunk))):
-            n = min(chunk, scenes - start)
-            block = {}
-            for r in resolutions:
-                views_ = render_split(n, seed, r, views=views, spec=spec, start=start)
-                for name in ARRAYS:
-                    block[f"r{r}/{name}"] = views_[name] if views > 1 else views_[name][:, 0]
-                block["label"] = views_["label"]
+        for start, block in ctx.progress(zip(starts, blocks), desc=f"fetch {split}", total=len(starts)):
             store.write(start, block)
         store.finish()
     finally:
@@ -84,26 +99,35 @@ def build_split(ctx: StageContext, split: str, spec: WorldSpec) -> None:
     ctx.log.info("%s: %d scenes × %d views at %s px -> %s", split, scenes, views, resolutions, ctx.outputs[split])
 
 
-def summarise(ctx: StageContext) -> pd.DataFrame:
+SUMMARY_SCENES = 200  # scenes per split that the depth and spectrum statistics read
+
+
+def summarise(ctx: StageContext, max_depth: float) -> pd.DataFrame:
+    """Per split: counts, classes, the room share, depth and far-plane statistics per family
+    (the far-plane share of a view: its pixels at ``max_depth``, sky included) and the RGB
+    power-spectrum slope, over the first SUMMARY_SCENES scenes."""
     rows = []
     for split in SPLIT_IDS:
         with open_store(ctx.outputs[split], "world") as f:
-            base = f"r{f.attrs['base_resolution']}"
-            depth = f[f"{base}/depth"][: min(200, f.attrs["num_items"])]
-            rgb = f[f"{base}/rgb"][: min(200, f.attrs["num_items"])]
-            labels = f["label"][:]
-            rows.append({
-                "split": split,
-                "scenes": int(f.attrs["num_items"]),
-                "views": int(f.attrs["views"]),
-                "resolutions": " ".join(g.removeprefix("r") for g in f if g.startswith("r")),
-                "classes_present": int(len(np.unique(labels))),
-                "largest_class_share": round(float(np.bincount(labels).max() / len(labels)), 3),
-                "depth_median_m": round(float(np.median(depth[depth < 49.0])), 3),
-                "sky_fraction": round(float((depth >= 49.0).mean()), 3),
-                "spectrum_slope": round(spectrum_slope(rgb.reshape(-1, *rgb.shape[-3:])), 3),
-                "mb_on_disk": round(ctx.outputs[split].stat().st_size / 2**20, 2),
-            })
+            base, n = f"r{f.attrs['base_resolution']}", min(SUMMARY_SCENES, int(f.attrs["num_items"]))
+            depth, rgb = f[f"{base}/depth"][:n], f[f"{base}/rgb"][:n]
+            labels, family = f["label"][:], f["family"][:n]
+        far = (depth >= max_depth).reshape(n, -1).mean(axis=1)
+        room = family == FAMILIES.index("room")
+        rows.append({
+            "split": split,
+            "scenes": len(labels),
+            "views": int(depth.shape[1]) if depth.ndim == 4 else 1,
+            "resolutions": " ".join(str(r) for r in split_plan(ctx.params["world"])[split][2]),
+            "classes_present": int(len(np.unique(labels))),
+            "largest_class_share": round(float(np.bincount(labels).max() / len(labels)), 3),
+            "room_share": round(float(room.mean()), 3),
+            "depth_median_m": round(float(np.median(depth[depth < max_depth])), 3),
+            "far_plane_outdoor": round(float(far[~room].mean()), 3) if (~room).any() else float("nan"),
+            "far_plane_room_max": round(float(far[room].max()), 3) if room.any() else float("nan"),
+            "spectrum_slope": round(spectrum_slope(rgb.reshape(-1, *rgb.shape[-3:])), 3),
+            "mb_on_disk": round(ctx.outputs[split].stat().st_size / 2**20, 2),
+        })
     return pd.DataFrame(rows)
 
 
@@ -136,11 +160,15 @@ def draw_samples(ctx: StageContext, count: int = 4) -> None:
 
 def run(ctx: StageContext) -> None:
     world = ctx.params["world"]
-    spec = WorldSpec(num_objects=tuple(world["num_objects"]), fov_deg=tuple(world["fov_deg"]))
-    for split in SPLIT_IDS:
-        build_split(ctx, split, spec)
-    write_table(summarise(ctx), ctx.outputs["summary_csv"], ctx.outputs["summary_md"],
-                caption="Synthetic world: splits as stored (depth statistics and the RGB power-spectrum slope, "
-                        "natural images ≈ −2, over up to 200 scenes).",
+    spec = WorldSpec(num_objects=tuple(world["num_objects"]), fov_deg=tuple(world["fov_deg"]),
+                     room_share=float(world["room_share"]))
+    workers = int(os.environ.get("OMP_NUM_THREADS") or 1)
+    with ProcessPoolExecutor(workers) if workers > 1 else nullcontext() as pool:
+        for split in SPLIT_IDS:
+            build_split(ctx, split, spec, pool)
+    write_table(summarise(ctx, spec.max_depth), ctx.outputs["summary_csv"], ctx.outputs["summary_md"],
+                caption=f"Synthetic world: splits as stored. Over the first {SUMMARY_SCENES} scenes of each: depth, "
+                        "the share of pixels at the far plane (sky included; outdoor mean, room maximum) and the "
+                        "RGB power-spectrum slope (natural images ≈ −2).",
                 provenance=ctx.provenance())
     draw_samples(ctx)

@@ -102,8 +102,8 @@ SECTIONS = (
             "(`taskgeom.evaluate.findings`): holds where every item it applies to meets the rule, does not hold "
             "where none does, mixed in between, not tested where the profile has no such item."),
     Section("Data", "data_summary",
-            "The synthetic RGB-D world as stored: splits, views, resolutions, class balance, depth statistics "
-            "and the RGB power-spectrum slope (natural images ≈ −2).",
+            "The synthetic RGB-D world as stored: splits, views, resolutions, class balance, the share of indoor "
+            "rooms, depth and far-plane statistics and the RGB power-spectrum slope (natural images ≈ −2).",
             figures=("world_samples",)),
     Section("Token redundancy at the pruning layers", "data_token_redundancy",
             "How much the tokens repeat one another where each model is pruned: the share of patch-token pairs "
@@ -111,7 +111,9 @@ SECTIONS = (
             "tokens at little cost."),
     Section("Model zoo", "zoo_table",
             "Held-out metrics of the zoo's models against trivial baselines: the tiny models the pipeline trains, "
-            "standing in for the paper's DINOv2 / CLIP (tiny-cls), Depth-Anything-V2 (tiny-dpt) and VGGT (tiny-mv), "
+            "standing in for the paper's DINOv2 / CLIP and Depth-Anything-V2 (the default's tiny-trunk, one backbone "
+            "with a CLS classifier and a DPT depth head; the smoke profile's tiny-cls and tiny-dpt) and VGGT "
+            "(tiny-mv), "
             "or the paper's models, zero-shot on their test sources."),
     Section("Table 1: the tractability diagnostic", "diagnose_table1",
             "κ_cap(20), token CV, effective rank and r_0.90 of every probe, matrix-free "

@@ -10,7 +10,7 @@ import numpy as np
 from taskgeom.data.world.camera import Camera, look_at
 from taskgeom.data.world.drawing import sketch
 from taskgeom.data.world.raycast import render
-from taskgeom.data.world.scene import CLASS_NAMES, PATTERNS, SHAPES, Primitive, Scene, WorldSpec
+from taskgeom.data.world.scene import CLASS_NAMES, FAMILIES, PATTERNS, SHAPES, Primitive, Scene, WorldSpec
 
 DEFAULT_SPEC = WorldSpec()  # frozen, so one default serves every call
 
@@ -38,7 +38,10 @@ def _sample_primitive(rng: np.random.Generator, shape: str, pattern: str, size: 
         half = (size, size, size)
     elif shape == "box":
         half = tuple(float(x) for x in size * rng.uniform(0.6, 1.0, 3))
-    else:
+    elif shape == "fractal":
+        w = size * rng.uniform(0.8, 1.1)
+        half = (w, size * rng.uniform(0.9, 1.3), w)
+    else:  # cylinder, cone
         r = size * rng.uniform(0.7, 1.0)
         half = (r, size * rng.uniform(0.8, 1.4), r)
     color = _hsv_to_rgb(rng.uniform(), rng.uniform(0.5, 0.9), rng.uniform(0.65, 0.95))
@@ -54,18 +57,66 @@ def _sample_primitive(rng: np.random.Generator, shape: str, pattern: str, size: 
         frequency=float(frequency),
         stripe_dir=_unit(rng.normal(size=3)),
         phase=tuple(float(x) for x in rng.uniform(0, 1 / frequency, 3)),
+        texture_seed=int(rng.integers(2**31)),
     )
 
 
+def _furniture(rng: np.random.Generator, room: tuple[float, float, float], count: int) -> list[Primitive]:
+    """`count` boxes and cylinders standing against a room's walls (cabinets, tables, stools)."""
+    hx, _, hz = room
+    out = []
+    for _ in range(count):
+        shape = ("box", "box", "cylinder")[rng.integers(3)]
+        size = rng.uniform(0.3, 0.55)
+        wall, along = int(rng.integers(4)), rng.uniform(-0.8, 0.8)
+        inset = size + 0.05
+        xz = [((hx - inset) * (1 - 2 * (wall // 2)), along * hz), (along * hx, (hz - inset) * (1 - 2 * (wall // 2)))][
+            wall % 2]
+        out.append(_sample_primitive(rng, shape, PATTERNS[rng.integers(len(PATTERNS))], size, xz))
+    return out
+
+
+def _surroundings(rng: np.random.Generator, room: bool, spec: WorldSpec) -> dict:
+    """A scene's light and surroundings (Scene fields), outdoors or in a room."""
+    tint = np.array(_hsv_to_rgb(rng.uniform(0.05, 0.6), rng.uniform(0.0, 0.15), 1.0))
+    ground_hue = rng.uniform()
+    ground = np.array(_hsv_to_rgb(ground_hue, rng.uniform(0.1, 0.45), rng.uniform(0.4, 0.7)))
+    ground_far = np.array(_hsv_to_rgb((ground_hue + rng.uniform(-0.08, 0.08)) % 1, rng.uniform(0.1, 0.5),
+                                      rng.uniform(0.2, 0.45)))
+    walls = np.array(_hsv_to_rgb(rng.uniform(), rng.uniform(0.05, 0.4), rng.uniform(0.55, 0.9)))
+    out = {"ground_colors": (tuple(ground), tuple(ground_far)), "light_color": tuple(tint),
+           "ambient": float(rng.uniform(0.25, 0.5)), "texture_seed": int(rng.integers(1, 2**31))}
+    if room:
+        size = (float(rng.uniform(*spec.room_size)), float(rng.uniform(*spec.room_height)),
+                float(rng.uniform(*spec.room_size)))
+        lamp = (float(rng.uniform(-1.5, 1.5)), size[1] - 0.05, float(rng.uniform(-1.5, 1.5)))
+        return out | {"room": size, "light_pos": lamp, "leaf_size": float(rng.uniform(0.3, 0.8)),
+                      "wall_colors": (tuple(walls), tuple(walls * rng.uniform(0.5, 0.8)))}
+    azimuth, elevation = rng.uniform(0, 2 * np.pi), rng.uniform(np.radians(20), np.radians(70))
+    light = (np.cos(elevation) * np.cos(azimuth), np.sin(elevation), np.cos(elevation) * np.sin(azimuth))
+    hill = np.array(_hsv_to_rgb(rng.uniform(0.15, 0.45), rng.uniform(0.2, 0.5), rng.uniform(0.3, 0.6)))
+    sky = np.array([0.78, 0.85, 0.92]) + rng.normal(0, 0.03, 3), np.array([0.35, 0.55, 0.85]) + rng.normal(0, 0.05, 3)
+    return out | {
+        "light_dir": tuple(float(x) for x in light), "leaf_size": float(rng.uniform(0.8, 2.0)),
+        "clouds": float(rng.uniform(0.1, 0.6)),
+        "hills": (float(rng.uniform(22.0, 32.0)), float(rng.uniform(4.0, 8.0)), float(rng.uniform(1.5, 5.0))),
+        "wall_colors": (tuple(hill), tuple(hill * rng.uniform(0.4, 0.7))),
+        "sky_colors": tuple(tuple(np.clip(c, 0, 1)) for c in sky),
+    }
+
+
 def sample_scene(seed: int, index: int, spec: WorldSpec = DEFAULT_SPEC) -> Scene:
-    """Scene `index` of the world `seed`. The main object (uniform over the 6
-    classes) stands within 0.2 m of the origin; the others stand on a ring
-    around it, spaced in angle and clear of it and of each other."""
+    """Scene `index` of the world `seed`: a room with probability `spec.room_share`, else an
+    outdoor scene. The main object (uniform over the classes; smaller in rooms) stands within
+    0.2 m of the origin; the others stand on a ring around it, spaced in angle and clear of it
+    and of each other; rooms add 2-4 pieces of furniture against their walls."""
     rng = _rng(seed, index, 0)
+    room = bool(rng.uniform() < spec.room_share)
     n = int(rng.integers(spec.num_objects[0], spec.num_objects[1] + 1))
     label = int(rng.integers(len(CLASS_NAMES)))
     main = _sample_primitive(rng, SHAPES[label // len(PATTERNS)], PATTERNS[label % len(PATTERNS)],
-                             rng.uniform(1.0, 1.6), tuple(rng.uniform(-0.2, 0.2, 2)))
+                             rng.uniform(0.6, 1.0) if room else rng.uniform(1.0, 1.6),
+                             tuple(rng.uniform(-0.2, 0.2, 2)))
     objects = [main]
     start = rng.uniform(0, 2 * np.pi)
     for j in range(n - 1):
@@ -77,17 +128,10 @@ def sample_scene(seed: int, index: int, spec: WorldSpec = DEFAULT_SPEC) -> Scene
         ring = main.footprint + np.sqrt(2) * size + 0.2 + rng.uniform(0, 0.6)
         xz = (main.center[0] + ring * np.cos(angle), main.center[2] + ring * np.sin(angle))
         objects.append(_sample_primitive(rng, shape, pattern, size, xz))
-    azimuth, elevation = rng.uniform(0, 2 * np.pi), rng.uniform(np.radians(30), np.radians(75))
-    light = (np.cos(elevation) * np.cos(azimuth), np.sin(elevation), np.cos(elevation) * np.sin(azimuth))
-    ground = np.array(_hsv_to_rgb(rng.uniform(), rng.uniform(0.05, 0.3), rng.uniform(0.45, 0.65)))
-    return Scene(
-        objects=tuple(objects),
-        light_dir=tuple(float(x) for x in light),
-        ground_colors=(tuple(ground), tuple(ground * 0.8)),
-        ground_tile=float(rng.uniform(0.7, 1.5)),
-        sky_colors=(tuple(np.clip(np.array([0.78, 0.85, 0.92]) + rng.normal(0, 0.03, 3), 0, 1)),
-                    tuple(np.clip(np.array([0.35, 0.55, 0.85]) + rng.normal(0, 0.05, 3), 0, 1))),
-    )
+    surroundings = _surroundings(rng, room, spec)
+    if room:
+        objects += _furniture(rng, surroundings["room"], int(rng.integers(2, 5)))
+    return Scene(objects=tuple(objects), **surroundings)
 
 
 def sample_cameras(scene: Scene, seed: int, index: int, views: int, spec: WorldSpec = DEFAULT_SPEC) -> list[Camera]:
@@ -103,7 +147,9 @@ def sample_cameras(scene: Scene, seed: int, index: int, views: int, spec: WorldS
     first = 0.0  # the first view's azimuth: set at v == 0, read by the later views
     for v in range(views):
         rng = _rng(seed, index, 1, v)
-        distance, height = rng.uniform(*spec.camera_distance), rng.uniform(*spec.camera_height)
+        room = scene.room is not None
+        distance = rng.uniform(*(spec.room_camera_distance if room else spec.camera_distance))
+        height = rng.uniform(*(spec.room_camera_height if room else spec.camera_height))
         fov = rng.uniform(*spec.fov_deg)
         jitter = rng.normal(0.0, 0.1, 3)
         # Later views stay within ±60° of the first view's azimuth, so views overlap
@@ -136,7 +182,7 @@ def render_split(num_scenes: int, seed: int, resolution: int, views: int = 1,
     """Scenes start..start+num_scenes-1 of the world with this seed. Returns
     rgb (S,V,H,W,3) uint8, sketch (S,V,H,W,3) uint8, depth (S,V,H,W) float32,
     K (S,V,3,3) float32, cam_to_world (S,V,4,4) float32, label (S,) int64,
-    object_id (S,V,H,W) int16."""
+    family (S,) int8 (index into FAMILIES), object_id (S,V,H,W) int16."""
     if num_scenes < 0 or start < 0 or views < 1 or resolution < 1:
         raise ValueError(f"render_split: need num_scenes, start >= 0 and views, resolution >= 1, got "
                          f"{num_scenes=}, {start=}, {views=}, {resolution=}")
@@ -148,11 +194,12 @@ def render_split(num_scenes: int, seed: int, resolution: int, views: int = 1,
         "K": np.empty((s, v, 3, 3), np.float32),
         "cam_to_world": np.empty((s, v, 4, 4), np.float32),
         "label": np.empty((s,), np.int64),
+        "family": np.empty((s,), np.int8),
         "object_id": np.empty((s, v, r, r), np.int16),
     }
     for i in range(s):
         scene = sample_scene(seed, start + i, spec)
-        out["label"][i] = scene.label
+        out["label"][i], out["family"][i] = scene.label, FAMILIES.index(scene.family)
         for j, camera in enumerate(sample_cameras(scene, seed, start + i, views, spec)):
             view = render(scene, camera, resolution, spec.max_depth)
             out["rgb"][i, j], out["depth"][i, j], out["object_id"][i, j] = view.rgb, view.depth, view.object_id
