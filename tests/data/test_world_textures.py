@@ -94,28 +94,3 @@ def test_shadows_darken_the_ground_behind_an_object():
     assert (view.shade[ground] <= scene.ambient + 1e-6).sum() > 20
     assert (view.shade[ground] > scene.ambient + 0.2).sum() > 200
 
-
-def test_fetch_renders_the_same_bytes_on_two_processes(tmp_path, monkeypatch):
-    """fetch's chunks are functions of (seed, start) alone: rendered on a pool of two processes,
-    a split's arrays equal the single-process ones."""
-    from concurrent.futures import ProcessPoolExecutor
-    from contextlib import nullcontext
-
-    import h5py
-
-    from taskgeom.pipeline.runtime import StageContext
-    from taskgeom.stages import fetch
-
-    world = {"seed": 1, "resolution": 16, "eval_resolutions": [], "splits": {"train": 5, "val": 4, "test": 4},
-             "multiview": {"views": 2, "train": 8, "test": 4}, "num_objects": [2, 3], "fov_deg": [50.0, 60.0],
-             "room_share": 0.5, "chunk": 2}
-    arrays = []
-    for workers in (1, 2):
-        out = {"train": tmp_path / f"{workers}.h5"}
-        ctx = StageContext("fetch", {}, out, {"world": world})
-        with ProcessPoolExecutor(2) if workers == 2 else nullcontext() as pool:
-            fetch.build_split(ctx, "train", WorldSpec(room_share=0.5), pool)
-        with h5py.File(out["train"], "r") as f:
-            arrays.append({k: f[k][:] for k in ("r16/rgb", "r16/depth", "label", "family")})
-    for key, value in arrays[0].items():
-        np.testing.assert_array_equal(value, arrays[1][key])

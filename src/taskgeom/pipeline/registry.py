@@ -69,7 +69,6 @@ STAGES: tuple[Stage, ...] = (
             "figure_pdf": "results/figures/world_samples.pdf",
         },
         params=("world",),
-        threads=2,                       # chunks rendered on as many processes
         mem_mb=4000,
         runtime=30,
     ),

@@ -10,10 +10,6 @@ splits drop the V axis. The same scene index is the same scene at every resoluti
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import Executor, ProcessPoolExecutor
-from contextlib import nullcontext
-
 import numpy as np
 import pandas as pd
 
@@ -71,9 +67,9 @@ def render_block(seed: int, start: int, n: int, views: int, resolutions: list[in
     return block
 
 
-def build_split(ctx: StageContext, split: str, spec: WorldSpec, pool: Executor | None) -> None:
-    """Render one split into its resumable store, chunk by chunk (on ``pool``'s processes when
-    given: a chunk is a function of (seed, start) alone, so the bytes do not depend on it)."""
+def build_split(ctx: StageContext, split: str, spec: WorldSpec) -> None:
+    """Render one split into its resumable store, chunk by chunk (a chunk is a function of
+    (seed, start) alone, so a resumed build writes the same bytes)."""
     world = ctx.params["world"]
     scenes, views, resolutions = split_plan(world)[split]
     seed = split_seed(world["seed"], split)
@@ -88,8 +84,7 @@ def build_split(ctx: StageContext, split: str, spec: WorldSpec, pool: Executor |
         ctx.log.info("%s: resuming at scene %d of %d", split, store.done, scenes)
     chunk = world["chunk"]
     starts = range(store.done, scenes, chunk)
-    jobs = [(seed, start, min(chunk, scenes - start), views, resolutions, spec) for start in starts]
-    blocks = pool.map(render_block, *zip(*jobs)) if pool is not None and jobs else (render_block(*j) for j in jobs)
+    blocks = (render_block(seed, start, min(chunk, scenes - start), views, resolutions, spec) for start in starts)
     try:
         for start, block in ctx.progress(zip(starts, blocks), desc=f"fetch {split}", total=len(starts)):
             store.write(start, block)
@@ -162,10 +157,8 @@ def run(ctx: StageContext) -> None:
     world = ctx.params["world"]
     spec = WorldSpec(num_objects=tuple(world["num_objects"]), fov_deg=tuple(world["fov_deg"]),
                      room_share=float(world["room_share"]))
-    workers = int(os.environ.get("OMP_NUM_THREADS") or 1)
-    with ProcessPoolExecutor(workers) if workers > 1 else nullcontext() as pool:
-        for split in SPLIT_IDS:
-            build_split(ctx, split, spec, pool)
+    for split in SPLIT_IDS:
+        build_split(ctx, split, spec)
     write_table(summarise(ctx, spec.max_depth), ctx.outputs["summary_csv"], ctx.outputs["summary_md"],
                 caption=f"Synthetic world: splits as stored. Over the first {SUMMARY_SCENES} scenes of each: depth, "
                         "the share of pixels at the far plane (sky included; outdoor mean, room maximum) and the "
