@@ -54,10 +54,13 @@ def use_threads(declared: int) -> int:
     ``threads``, or ``--set-threads``); DVC exports nothing, and torch would then take every core.
     Training and reductions depend on the thread count in their last bits, so without this
     ``dvc repro`` and Snakemake would write different bytes on any machine whose core count is
-    not the declared one."""
+    not the declared one. torch reads the variables only when it loads, and the CLI's imports
+    (safetensors' torch API among them) have loaded it already, so its pool is set as well."""
     threads = int(os.environ.get("OMP_NUM_THREADS") or declared)
     for name in THREAD_VARIABLES:  # read by torch and the BLAS libraries when they load
         os.environ.setdefault(name, str(threads))
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
     return threads
 
 
