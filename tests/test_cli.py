@@ -3,7 +3,10 @@ input) writes nothing: its log file from an earlier run keeps its bytes."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,3 +31,15 @@ def test_a_refused_stage_leaves_its_earlier_log(tmp_path: Path, monkeypatch, cas
     assert log.read_text() == "the earlier run's log\n"
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
         "logs", "logs/zoo", "logs/zoo/tiny-cls.log", "params.yaml"]
+
+
+def test_a_stage_runs_on_its_declared_threads_although_torch_is_loaded_first():
+    """The CLI's imports load torch before a stage's thread count is known; use_threads must
+    still set torch's pool, so DVC (which exports no OMP_NUM_THREADS) trains on the threads
+    Snakemake gives the job."""
+    code = ("import taskgeom.pipeline.cli, sys; assert 'torch' in sys.modules\n"
+            "from taskgeom.pipeline.runtime import use_threads\n"
+            "import torch; use_threads(1); print(torch.get_num_threads())")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1"
