@@ -13,6 +13,17 @@ import pytest
 
 from taskgeom.pipeline.cli import main
 
+
+@pytest.fixture(autouse=True)
+def _keep_torch_threads():
+    """A stage run through main() sets torch's pool to its declared threads; the rest of the
+    session keeps its own."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
