@@ -73,6 +73,19 @@ def test_a_killed_build_resumes_to_the_same_bytes(tmp_path, monkeypatch):
     assert t.sources() == ["exact", "q1", "q2"]
 
 
+def test_a_rerun_restores_a_split_published_before_the_kill_without_recomputing(tmp_path, monkeypatch):
+    pm, images = tiny_probe_images()
+    path = tmp_path / "test.h5"
+    targets_stage.build_split(context(path), "tiny", "test", pm, images, SETTINGS, 4, True)
+    published = path.read_bytes()
+    path.unlink()  # a rerun of the stage deletes its declared outputs first
+    calls = []
+    real = targets.image_targets
+    monkeypatch.setattr(targets_stage, "image_targets", lambda *a, **k: calls.append(1) or real(*a, **k))
+    targets_stage.build_split(context(path), "tiny", "test", pm, images, SETTINGS, 4, True)
+    assert path.read_bytes() == published and len(calls) == 1   # only the first image, for the layout
+
+
 def test_truncated_and_foreign_files_fail_naming_the_file(tmp_path):
     pm, images = tiny_probe_images()
     path = tmp_path / "test.h5"

@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-from taskgeom.data.hdf5 import ResumableH5, StoreError, open_store
+from taskgeom.data.hdf5 import ResumableH5, StoreError, forget_published, open_store
 
 LAYOUT = {"g/x": ((4, 3), "float32"), "label": ((), "int64")}
 
@@ -56,6 +56,26 @@ def test_resume_gives_the_same_data_and_bytes(tmp_path: Path):
             np.testing.assert_array_equal(a[name][:], b[name][:])
         assert dict(a.attrs) == dict(b.attrs)
     assert (tmp_path / "whole.h5").read_bytes() == (tmp_path / "resumed.h5").read_bytes()
+
+
+def test_a_published_file_that_a_rerun_deleted_is_restored_not_rebuilt(tmp_path: Path):
+    path = tmp_path / "a.h5"
+    build(path)
+    published = path.read_bytes()
+    path.unlink()  # what Snakemake and DVC do to a rerun job's declared outputs
+    store = ResumableH5(path, LAYOUT, 10, {"seed": 1, "spec": {"a": [1, 2]}}, kind="test")
+    assert store.restored and store.done == 10
+    assert store.finish() == path and path.read_bytes() == published
+    path.unlink()
+    other = ResumableH5(path, LAYOUT, 10, {"seed": 2, "spec": {"a": [1, 2]}}, kind="test")
+    assert not other.restored and other.done == 0 and not path.exists()
+    other.close()
+    build(path)
+    forget_published([path])
+    path.unlink()
+    again = ResumableH5(path, LAYOUT, 10, {"seed": 1, "spec": {"a": [1, 2]}}, kind="test")
+    assert not again.restored and again.done == 0
+    again.close()
 
 
 def test_partial_file_of_other_parameters_is_discarded(tmp_path: Path):

@@ -19,6 +19,7 @@ from taskgeom.data.hdf5 import KIND_ATTR, new_file
 from taskgeom.data.sources import SourceError, open_source, stratified_subset, world_arrays
 from taskgeom.data.splits import read_world, to_input
 from taskgeom.data.world import WorldSpec, render_split
+from taskgeom.finite import NonFiniteError
 from taskgeom.models.preprocess import world
 
 
@@ -96,6 +97,18 @@ def test_a_world_source_of_one_family_holds_exactly_its_scenes(tmp_path):
     assert np.array_equal(world_arrays(window, ("depth", "family"), "test")["depth"], depth[rooms[1:3]])
     outdoor = open_source("out", {"out": spec | {"family": "outdoor"}})
     assert sorted(outdoor.keys + source.keys) == sorted(f"{path}[{i}]" for i in range(12))
+
+
+def test_a_non_finite_depth_is_refused_naming_the_file_and_scene(tmp_path):
+    path = _world_file(tmp_path / "test.h5")
+    with h5py.File(path, "r+") as f:
+        f["r32/depth"][3, 5, 7] = np.nan
+    source = open_source("w", {"w": {"kind": "world", "split": "test", "path": str(path)}})
+    with pytest.raises(NonFiniteError, match=rf"sources.w: depth: {path}\[3\] holds a non-finite value"):
+        list(batches(source, world(32).image, batch_size=8, depth=world(32).depth))
+    with pytest.raises(NonFiniteError, match=rf"zoo.m.sources.train: depth: {path}\[3\] holds"):
+        world_arrays(source, ("rgb", "depth"), "zoo.m.sources.train")
+    assert world_arrays(source.first(3), ("rgb", "depth"), "zoo.m.sources.train")["depth"].shape == (3, 32, 32)
 
 
 def test_a_world_source_reproduces_the_worlds_inputs(tmp_path):

@@ -24,6 +24,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from taskgeom.data.sources import Source, SourceError
+from taskgeom.finite import require_finite
 
 
 @dataclass
@@ -57,7 +58,9 @@ class _Prepared(Dataset):
         if self.depth is not None:
             if item.depth is None:
                 raise SourceError(f"sources.{self.source.name}: {item.key} has no depth (a dense task needs it)")
+            require_finite(np.asarray(item.depth)[None], f"sources.{self.source.name}: depth", [item.key])
             out["depth"] = self._each(self.depth, item.depth, views)
+        require_finite(np.asarray(item.image)[None], f"sources.{self.source.name}: image", [item.key])
         return out
 
 

@@ -7,6 +7,12 @@ last flushed item block if the partial file was made with the same attributes;
 otherwise (other parameters, or a partial file HDF5 cannot open or read back) it starts over.
 Publishing rewrites the data into a fresh file in a fixed order, so the published
 bytes do not depend on whether, or where, the build was interrupted.
+
+A stage that writes several files (one per split) resumes at the first unpublished one:
+publishing also hard-links the file as ``<dir>/.partial/<name>.published``, which neither
+front end removes when it reruns the stage (Snakemake and DVC delete a rerun job's declared
+outputs first). A new build with the same attributes restores the file from that link instead
+of rebuilding it; the stage calls ``forget_published`` once all its files are out.
 """
 
 from __future__ import annotations
@@ -51,7 +57,32 @@ class ResumableH5:
         self.partial.parent.mkdir(parents=True, exist_ok=True)
         self.num_items = num_items
         self.attrs = {**encode_attrs(attrs), KIND_ATTR: kind, "num_items": num_items}
-        self.file = self.reopen(layout) or self.create(layout)
+        self.file: h5py.File | None = None
+        self.restored = self.restore()
+        if not self.restored:
+            self.file = self.reopen(layout) or self.create(layout)
+
+    def restore(self) -> bool:
+        """Put back this file as a run of the stage published it before the stage was rerun,
+        if it was made with the same attributes (``published_link``)."""
+        link = published_link(self.path)
+        if not link.is_file():
+            return False
+        try:
+            with h5py.File(link, "r") as f:
+                same = DONE_ATTR not in f.attrs and all(k in f.attrs and f.attrs[k] == v for k, v in self.attrs.items())
+        except OSError:
+            same = False
+        if not same:
+            link.unlink()
+            return False
+        if not (self.path.exists() and os.path.samefile(link, self.path)):
+            fresh = self.partial.with_suffix(".publish")
+            fresh.unlink(missing_ok=True)
+            os.link(link, fresh)
+            os.replace(fresh, self.path)
+        self.log.info("%s: restored as published by an earlier run of this stage", self.path.name)
+        return True
 
     def reopen(self, layout) -> h5py.File | None:
         if not self.partial.exists():
@@ -80,7 +111,7 @@ class ResumableH5:
 
     @property
     def done(self) -> int:
-        return int(self.file.attrs[DONE_ATTR])
+        return self.num_items if self.restored else int(self.file.attrs[DONE_ATTR])
 
     def write(self, start: int, arrays: Mapping[str, np.ndarray]) -> None:
         """Write items start..start+k of every dataset in ``arrays`` and mark them done."""
@@ -93,7 +124,9 @@ class ResumableH5:
         self.file.flush()
 
     def finish(self, block: int = 256) -> Path:
-        """Copy the complete partial file into a fresh one and rename it into place."""
+        """Copy the complete partial file into a fresh one, link it as published and rename it into place."""
+        if self.restored:
+            return self.path
         if self.done != self.num_items:
             raise ValueError(f"{self.partial}: only {self.done} of {self.num_items} items written")
         layout = {name: (self.file[name].shape[1:], self.file[name].dtype) for name in self.layout_names()}
@@ -103,6 +136,9 @@ class ResumableH5:
                 for start in range(0, self.num_items, block):
                     out[name][start:start + block] = self.file[name][start:start + block]
         self.file.close()
+        link = published_link(self.path)
+        link.unlink(missing_ok=True)
+        os.link(fresh, link)
         os.replace(fresh, self.path)
         self.partial.unlink()
         return self.path
@@ -113,8 +149,19 @@ class ResumableH5:
         return names
 
     def close(self) -> None:
-        if self.file.id.valid:
+        if self.file is not None and self.file.id.valid:
             self.file.close()
+
+
+def published_link(path: Path) -> Path:
+    """Where ``ResumableH5`` keeps a second link to ``path`` once it is published."""
+    return path.parent / ".partial" / f"{path.name}.published"
+
+
+def forget_published(paths) -> None:
+    """Drop the published links of ``paths`` (a stage's files), once the stage has written all of them."""
+    for path in paths:
+        published_link(Path(path)).unlink(missing_ok=True)
 
 
 def readable(f: h5py.File, names, block: int = 256) -> bool:

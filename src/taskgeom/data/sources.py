@@ -52,6 +52,7 @@ from taskgeom.data.real import (
     read_nyu_split,
 )
 from taskgeom.data.world.scene import FAMILIES
+from taskgeom.finite import require_finite
 
 KINDS = ("world", "imagenet_val", "imagenet_sketch", "nyu_depth_v2", "folder", "sequences")
 WORLD_DIR = "data/world"
@@ -342,7 +343,10 @@ def world_arrays(source: Source, keys: tuple[str, ...], what: str) -> dict[str, 
     with open_store(path, "world") as f:
         res = int(source.spec.get("resolution") or f.attrs["base_resolution"])
         rows = source.stored[source.indices]
-        return {k: f[k if k in ("label", "family") else f"r{res}/{k}"][:][rows] for k in keys}
+        out = {k: f[k if k in ("label", "family") else f"r{res}/{k}"][:][rows] for k in keys}
+    for k, v in out.items():
+        require_finite(v, f"{what}: {k}", [f"{path}[{j}]" for j in rows])
+    return out
 
 
 def first_view(image: np.ndarray) -> np.ndarray:

@@ -11,7 +11,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from taskgeom.metric.targets import TargetFile, stream_batches
+from taskgeom.finite import check_step
+from taskgeom.metric.targets import TargetFile, batch_rows, stream_batches
 from taskgeom.models.train import learning_rate
 
 LOG_EVERY = 25
@@ -34,8 +35,9 @@ class Curve:
 def fit(model: nn.Module, target: TargetFile, keys: tuple[str, ...],
         loss_fn: Callable[[nn.Module, dict[str, Tensor]], Tensor],
         steps: int, batch_size: int, lr: float, seed: int, device: str, limit: int | None = None,
-        progress: Callable = lambda it, **kw: it) -> Curve:
-    """AdamW with warm-up and cosine decay on minibatches streamed from ``target``."""
+        progress: Callable = lambda it, **kw: it, stage: str = "fit") -> Curve:
+    """AdamW with warm-up and cosine decay on minibatches streamed from ``target``; a non-finite
+    loss or gradient stops it (``finite.check_step``, naming ``stage``)."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     curve, window = Curve(), []
     model.train()
@@ -51,7 +53,9 @@ def fit(model: nn.Module, target: TargetFile, keys: tuple[str, ...],
         loss = loss_fn(model, b)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        norm = nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        rows = lambda: batch_rows(target, batch_size, seed, step, limit).tolist()  # noqa: B023 (called at once)
+        check_step(stage, step, loss, norm, lambda: f"of rows {rows()} of {target.path}")
         opt.step()
         window.append(loss.item())
         if (step + 1) % LOG_EVERY == 0 or step + 1 == steps:

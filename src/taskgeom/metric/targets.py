@@ -37,6 +37,7 @@ import numpy as np
 from torch import Tensor
 
 from taskgeom.data.hdf5 import StoreError, open_store, read_attr_json
+from taskgeom.finite import require_finite
 from taskgeom.linalg.operator import JacobianOperator
 from taskgeom.linalg.sketch import exact_sketch, randomized_svd_path, token_energy
 from taskgeom.linalg.trace import rademacher
@@ -108,9 +109,20 @@ class TargetFile:
         return (["exact"] if self.exact else []) + [f"q{q}" for q in self.qs]
 
     def read(self, keys: tuple[str, ...], index: np.ndarray | slice = slice(None)) -> dict[str, np.ndarray]:
-        """Rows ``index`` (sorted) of datasets ``keys``."""
+        """Rows ``index`` (sorted) of datasets ``keys``; a non-finite value is refused, naming its row."""
         with open_store(self.path, KIND) as f:
-            return {k: f[k][index] for k in keys}
+            out = {k: f[k][index] for k in keys}
+        rows = np.arange(self.num_items)[index]
+        for k, v in out.items():
+            require_finite(v, f"{self.path}: {k}", [f"row {i}" for i in rows])
+        return out
+
+
+def batch_rows(target: TargetFile, batch_size: int, seed: int, step: int, limit: int | None = None) -> np.ndarray:
+    """The sorted rows of ``stream_batches``' batch of ``step``: a function of (seed, step) only."""
+    n = min(limit or target.num_items, target.num_items)
+    rng = np.random.default_rng([seed, step])
+    return np.sort(rng.choice(n, size=min(batch_size, n), replace=False))
 
 
 def stream_batches(target: TargetFile, keys: tuple[str, ...], batch_size: int, steps: int, seed: int,
@@ -118,7 +130,6 @@ def stream_batches(target: TargetFile, keys: tuple[str, ...], batch_size: int, s
     """``steps`` random minibatches of rows among the first ``limit``, read from disk by a
     background thread ``prefetch`` batches ahead; only those rows are ever in memory. The batch of
     step s depends on (seed, s) only."""
-    n = min(limit or target.num_items, target.num_items)
     out: queue.Queue = queue.Queue(maxsize=prefetch)
     stop = threading.Event()
 
@@ -126,9 +137,10 @@ def stream_batches(target: TargetFile, keys: tuple[str, ...], batch_size: int, s
         try:
             with open_store(target.path, KIND) as f:
                 for step in range(steps):
-                    rng = np.random.default_rng([seed, step])
-                    idx = np.sort(rng.choice(n, size=min(batch_size, n), replace=False))
+                    idx = batch_rows(target, batch_size, seed, step, limit)
                     batch = {k: f[k][idx] for k in keys}
+                    for k, v in batch.items():
+                        require_finite(v, f"{target.path}: {k}", [f"row {i}" for i in idx])
                     while not stop.is_set():
                         try:
                             out.put(batch, timeout=0.1)

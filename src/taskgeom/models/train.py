@@ -184,11 +184,19 @@ def learning_rate(step: int, steps: int, peak: float) -> float:
     return 0.5 * peak * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
 
 
+def _items(rng: np.random.Generator, n: int, size: int) -> np.ndarray:
+    return np.sort(rng.choice(n, size=min(size, n), replace=False))
+
+
+def batch_items(data: dict[str, np.ndarray], step: int, seed: int, size: int) -> np.ndarray:
+    """The items (rows of ``data``) of ``sample_batch``'s batch of ``step``."""
+    return _items(np.random.default_rng([seed, step]), len(data["label"]), size)
+
+
 def sample_batch(data: dict[str, np.ndarray], step: int, seed: int, size: int, flip: bool) -> dict[str, np.ndarray]:
     """The batch of ``step``: a function of (seed, step) only, so resumed runs see the same data."""
     rng = np.random.default_rng([seed, step])
-    n = len(data["label"])
-    idx = np.sort(rng.choice(n, size=min(size, n), replace=False))
+    idx = _items(rng, len(data["label"]), size)
     batch = {k: v[idx] for k, v in data.items()}
     if flip:
         mirror = rng.random(len(idx)) < 0.5

@@ -17,6 +17,7 @@ from pathlib import Path
 from taskgeom import __version__
 from taskgeom.artifacts.checkpoints import CheckpointError
 from taskgeom.data.hdf5 import StoreError
+from taskgeom.finite import NonFiniteError
 from taskgeom.pipeline import config
 from taskgeom.pipeline.registry import STAGES
 from taskgeom.pipeline.stage import Collect, Stage, param_keys, resolve
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (config.ParamsError, FileNotFoundError, StoreError, CheckpointError) as exc:
+    except (config.ParamsError, FileNotFoundError, StoreError, CheckpointError, NonFiniteError) as exc:
         print(f"taskgeom: error: {exc}", file=sys.stderr)
         return 2
 

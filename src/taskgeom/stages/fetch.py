@@ -15,7 +15,7 @@ import pandas as pd
 
 from taskgeom.artifacts.figures import plt, save_figure
 from taskgeom.artifacts.tables import write_table
-from taskgeom.data.hdf5 import ResumableH5, open_store
+from taskgeom.data.hdf5 import ResumableH5, forget_published, open_store
 from taskgeom.data.world import CLASS_NAMES, FAMILIES, WorldSpec, render_split
 from taskgeom.evaluate.image_stats import spectrum_slope
 from taskgeom.pipeline.runtime import StageContext
@@ -80,7 +80,7 @@ def build_split(ctx: StageContext, split: str, spec: WorldSpec) -> None:
              "camera_convention": "OpenCV: x right, y down, z forward; cam_to_world",
              "provenance": ctx.provenance()}
     store = ResumableH5(ctx.outputs[split], layout(views, resolutions), scenes, attrs, kind="world", log=ctx.log)
-    if store.done:
+    if store.done and not store.restored:
         ctx.log.info("%s: resuming at scene %d of %d", split, store.done, scenes)
     chunk = world["chunk"]
     starts = range(store.done, scenes, chunk)
@@ -165,3 +165,4 @@ def run(ctx: StageContext) -> None:
                         "RGB power-spectrum slope (natural images ≈ −2).",
                 provenance=ctx.provenance())
     draw_samples(ctx)
+    forget_published(ctx.outputs[split] for split in SPLIT_IDS)

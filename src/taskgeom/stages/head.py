@@ -15,6 +15,7 @@ from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
 from taskgeom.evaluate.stats import spearman, summarize
+from taskgeom.finite import check_metrics
 from taskgeom.metric.checkpoint import save_seeds
 from taskgeom.metric.fit import fit, predict
 from taskgeom.metric.head import ImportanceHead, head_loss
@@ -76,7 +77,8 @@ def run(ctx: StageContext) -> None:
         floor = rho_per_image(predict(head, test, score, ctx.device), truth["test"])
         curve = fit(head, train, ("features", key), loss, cfg["steps"], cfg["batch_size"], cfg["lr"], seed, ctx.device,
                     limit=cfg["train_images"],
-                    progress=lambda it, total: ctx.progress(it, f"head {name} seed {seed}", total))
+                    progress=lambda it, total: ctx.progress(it, f"head {name} seed {seed}", total),
+                    stage=f"head {name} seed {seed}")
         pred = predict(head, test, score, ctx.device)
         rho = rho_per_image(pred, truth["test"])
         rho_val = rho_per_image(predict(head, val, score, ctx.device), truth["val"])
@@ -84,6 +86,7 @@ def run(ctx: StageContext) -> None:
                "rho_random_init": float(floor.mean())}  # timings go to the log only: reruns give identical bytes
         if exact_truth is not None:
             row["rho_test_vs_exact"] = float(rho_per_image(pred, exact_truth).mean())
+        check_metrics(f"head {name} seed {seed}", row)
         seeds.append(row)
         curves += [{"seed": seed, "step": s, "loss": v} for s, v in curve.points]
         ctx.log.info("%s seed %d: ρ %.3f (untrained %.3f), %.1f s, reader wait %.1f%%", name, seed, row["rho_test"],

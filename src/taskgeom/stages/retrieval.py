@@ -31,6 +31,7 @@ from taskgeom.data.batches import digest_of, read_inputs
 from taskgeom.data.hdf5 import read_attr_json
 from taskgeom.data.sources import need
 from taskgeom.evaluate.stats import summarize
+from taskgeom.finite import check_step, grad_norm
 from taskgeom.metric import checkpoint
 from taskgeom.metric.head import head_loss
 from taskgeom.metric.targets import TargetFile
@@ -71,8 +72,9 @@ def regression_loss(d: Tensor, target: Tensor) -> Tensor:
 
 
 def train_variant(model: DecoderRetrievalMetric, F: Tensor, true: Tensor, importance: Tensor, train_ids: np.ndarray,
-                  held_ids: np.ndarray, cfg: dict, regression: bool, distill: bool) -> list[dict]:
-    """Minibatches of random training pairs; returns the curve (train loss, held-out regression loss)."""
+                  held_ids: np.ndarray, cfg: dict, regression: bool, distill: bool, stage: str) -> list[dict]:
+    """Minibatches of random training pairs; returns the curve (train loss, held-out regression loss).
+    A non-finite loss or gradient stops it, naming ``stage``, the step and the pairs."""
     rng = np.random.default_rng(cfg["seed"])
     if regression:  # start at the targets' scale: the median log ratio over training pairs
         i, j = rng.choice(train_ids, 512), rng.choice(train_ids, 512)
@@ -102,6 +104,8 @@ def train_variant(model: DecoderRetrievalMetric, F: Tensor, true: Tensor, import
             loss = loss + cfg["distill_weight"] * head_loss(model.head(F[ids]), importance[ids], 0.0)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        check_step(stage, step, loss, grad_norm(model.parameters()),
+                   lambda: f"of pairs {list(zip(i.tolist(), j.tolist()))}")
         opt.step()
         window.append(loss.item())
         if (step + 1) % LOG_EVERY == 0 or step + 1 == cfg["steps"]:
@@ -154,7 +158,8 @@ def train_variants(ctx: StageContext, cfg: dict, dim: int, F: Tensor, true_train
     models, curves = {}, []
     for variant, (regression, distill) in VARIANTS.items():
         model = DecoderRetrievalMetric(copy.deepcopy(head0).train(), dim, cfg["rank"], cfg["seed"])
-        curve = train_variant(model, F, true_train, importance, train_ids, held_ids, cfg, regression, distill)
+        curve = train_variant(model, F, true_train, importance, train_ids, held_ids, cfg, regression, distill,
+                              f"retrieval {ctx.wildcard} {variant}")
         curves += [{"variant": variant, **c} for c in curve]
         models[variant] = model
         ctx.log.info("%s %s: held-out regression loss %.3f -> %.3f", ctx.wildcard, variant,

@@ -18,6 +18,7 @@ from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
 from taskgeom.evaluate.stats import summarize
+from taskgeom.finite import check_metrics
 from taskgeom.metric.fit import fit, predict
 from taskgeom.metric.spn import SpectralPullbackNetwork, spn_loss, subspace_alignment_batch
 from taskgeom.metric.targets import TargetFile
@@ -73,9 +74,11 @@ def run(ctx: StageContext) -> None:
             keys = ("features", f"{source}/modes", f"{source}/sigma", frob2)
             loss = lambda m, b: spn_loss(m(b["features"]), b[keys[1]].flatten(1, 2), b[keys[2]], b[frob2])
             curve = fit(model, train, keys, loss, cfg["steps"], cfg["batch_size"], cfg["lr"], seed, ctx.device,
-                        progress=lambda it, total: ctx.progress(it, f"spn {name} {source} seed {seed}", total))
+                        progress=lambda it, total: ctx.progress(it, f"spn {name} {source} seed {seed}", total),
+                        stage=f"spn {name} {source} seed {seed}")
             v1 = v1_per_image(model, test, reference, ctx.device)
             rows.append({"seed": seed, "supervision": source, "v1": float(v1.mean())})  # timings: logs only
+            check_metrics(f"spn {name} {source} seed {seed}", rows[-1])
             curves += [{"seed": seed, "supervision": source, "step": s, "loss": v} for s, v in curve.points]
             ctx.log.info("%s seed %d %s: V1 %.3f (untrained %.3f), %.1f s, reader wait %.1f%%", name, seed, source,
                          v1.mean(), floor, curve.total_s, 100 * curve.wait_fraction)

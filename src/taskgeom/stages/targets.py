@@ -5,8 +5,9 @@ Each split's images are the first items of the source the probe names for it
 (``learn.probes.<probe>.sources``), through the host's preprocessing, streamed block by block;
 the counts come from ``learn.targets.images``, overridden per probe by its own ``images``.
 The files record the source and the preprocessing.
-A killed run resumes at its last flushed block and publishes the same bytes as an uninterrupted
-one, since every image's seed is a function of its split and index only.
+A killed run resumes at its first unpublished split, at that split's last flushed block, and
+publishes the same bytes as an uninterrupted one, since every image's seed is a function of its
+split and index only.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from torch import Tensor
 
 from taskgeom.data.batches import read_inputs
-from taskgeom.data.hdf5 import ResumableH5
+from taskgeom.data.hdf5 import ResumableH5, forget_published
 from taskgeom.data.sources import Source, need
 from taskgeom.metric.targets import KIND, SPLIT_SEED_OFFSET, SPLITS, image_targets
 from taskgeom.models import preprocess, zoo
@@ -67,7 +68,7 @@ def build_split(ctx: StageContext, name: str, split: str, pm, images: SourceImag
              "settings": settings, "provenance": ctx.provenance(), **getattr(images, "describe", dict)()}
     store = ResumableH5(ctx.outputs[split], layout, len(images), attrs, KIND, log=ctx.log)
     try:
-        if store.done:
+        if store.done and not store.restored:
             ctx.log.info("%s/%s: resuming at image %d of %d", name, split, store.done, len(images))
         for start in ctx.progress(range(store.done, len(images), block), desc=f"targets {name}/{split}"):
             x = images[start:min(start + block, len(images))]
@@ -97,3 +98,4 @@ def run(ctx: StageContext) -> None:
         t0 = time.perf_counter()
         build_split(ctx, name, split, pm, images[split], settings, r, exact)
         ctx.log.info("%s/%s: %d images in %.1f s", name, split, len(images[split]), time.perf_counter() - t0)
+    forget_published(ctx.outputs[split] for split in SPLITS)

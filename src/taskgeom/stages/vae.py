@@ -28,6 +28,7 @@ from taskgeom.data.batches import InputDigest, read_inputs
 from taskgeom.data.sources import need
 from taskgeom.diagnostics import diagnose
 from taskgeom.evaluate.stats import summarize
+from taskgeom.finite import check_step
 from taskgeom.metric.fit import LOG_EVERY
 from taskgeom.metric.vae import feature_statistics, vae_loss
 from taskgeom.models import preprocess, zoo
@@ -98,7 +99,8 @@ def train_vae(ctx: StageContext, cfg: dict, host: LatentHost, vae: FeatureVAE, t
         loss, parts = vae_loss(host, Xb, bctx, reference, cfg["beta"], cfg["task_weight"], gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        norm = torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        check_step(f"vae {ctx.wildcard}", step, loss, norm, lambda: f"of training groups {idx.tolist()}")
         opt.step()
         window.append([loss.item(), parts["recon"], parts["task"], parts["kl"]])
         if (step + 1) % LOG_EVERY == 0 or step + 1 == cfg["steps"]:

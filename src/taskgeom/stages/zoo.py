@@ -24,9 +24,19 @@ from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
 from taskgeom.data.batches import InputDigest
 from taskgeom.data.sources import Source, SourceError, open_indexed, world_arrays
+from taskgeom.finite import check_step
 from taskgeom.models import preprocess, pretrained
 from taskgeom.models.host import param_count
-from taskgeom.models.train import TASKS, Task, learning_rate, load_state, mv_targets, sample_batch, save_state
+from taskgeom.models.train import (
+    TASKS,
+    Task,
+    batch_items,
+    learning_rate,
+    load_state,
+    mv_targets,
+    sample_batch,
+    save_state,
+)
 from taskgeom.models.zoo import architecture, save, seeded
 from taskgeom.pipeline.runtime import StageContext
 
@@ -53,7 +63,9 @@ def train(ctx: StageContext, model: nn.Module, task: Task, data: dict[str, np.nd
         loss = task.loss(model, b)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        items = lambda: batch_items(data, step, cfg["seed"], cfg["batch_size"]).tolist()  # noqa: B023 (called at once)
+        check_step(f"zoo {ctx.wildcard}", step, loss, norm, lambda: f"of train-source items {items()}")
         opt.step()
         window.append(loss.item())
         if (step + 1) % LOG_EVERY == 0 or step + 1 == cfg["steps"]:
