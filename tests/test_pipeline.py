@@ -227,6 +227,14 @@ def test_invalid_params_fail_before_any_work_and_keep_outputs_and_logs(smoke: Pa
         params_path.write_text(original.replace("lr: 0.002", "lr: -1.0", 1))
         proc = run(["taskgeom", "zoo", "--model", "tiny-cls", "--log", "logs/zoo/tiny-cls.log"], smoke, check=False)
         assert proc.returncode == 2 and "zoo.tiny-cls.lr" in proc.stderr
+        evil = "x;touch PWNED;#"  # a name that reaches a command line; `dvc repro -s` skips check-params
+        params = yaml.safe_load(original)
+        params["zoo"][evil] = params["zoo"]["tiny-cls"]
+        params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+        for cmd in (["dvc", "repro", "-s", f"zoo@{evil}"],
+                    ["snakemake", "--cores", "1", f"data/zoo/{evil}/config.json"]):
+            proc = run(cmd, smoke, check=False)
+            assert proc.returncode != 0 and not (smoke / "PWNED").exists(), (cmd, proc.stderr[-2000:])
     finally:
         params_path.write_text(original)
     assert kept() == snapshot  # a refused call leaves every output and every earlier log as it was

@@ -108,11 +108,19 @@ class Stage:
         return self.log.replace("logs/", "logs/benchmarks/", 1).removesuffix(".log") + ".tsv"
 
     def command(self, wildcard_value: str | None = None, log: str | None = None) -> str:
-        """The shell command, with the wildcard written as ``wildcard_value`` (a template string is fine)."""
+        """The shell command, with the wildcard written as ``wildcard_value`` (a template string is fine).
+
+        The item's name and its log path are single-quoted, so a name that slipped past the schema's
+        safe pattern (``dvc repro -s`` runs a stage without ``check-params``) reaches the stage, which
+        refuses it, instead of the shell. The quotes are literal in both front ends' templates, so
+        Snakemake's and DVC's expanded commands stay equal strings."""
         parts = ["taskgeom", self.name]
         if self.wildcard:
-            parts += [f"--{self.wildcard}", wildcard_value or f"{{{self.wildcard}}}"]
-        parts += ["--log", log or self.log.replace(f"{{{self.wildcard}}}", wildcard_value or "")]
+            value = wildcard_value or f"{{{self.wildcard}}}"
+            parts += [f"--{self.wildcard}", f"'{value}'",
+                      "--log", f"'{log or self.log.replace(f'{{{self.wildcard}}}', value)}'"]
+        else:
+            parts += ["--log", log or self.log]
         return " ".join(parts)
 
 
