@@ -54,3 +54,36 @@ def test_a_stage_runs_on_its_declared_threads_although_torch_is_loaded_first():
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1"
+
+
+def tiny_world(params: Path, seed: int) -> None:
+    import yaml
+
+    p = yaml.safe_load((ROOT / "params/smoke.yaml").read_text())
+    p["world"] |= {"seed": seed, "eval_resolutions": [], "splits": {"train": 16, "val": 4, "test": 12},
+                   "multiview": {"views": 2, "train": 8, "test": 4}, "chunk": 4}
+    p["prune"]["resolutions"] = [64]
+    params.write_text(yaml.safe_dump(p, sort_keys=False))
+
+
+def test_a_stage_that_fails_leaves_the_last_published_set_untouched(tmp_path: Path, monkeypatch):
+    from taskgeom.stages import fetch
+
+    monkeypatch.chdir(tmp_path)
+    params = tmp_path / "params.yaml"
+    Path("data").mkdir()
+    Path("data/params.ok").touch()
+    tiny_world(params, seed=0)
+    assert main(["fetch", "--params", str(params), "--log", "logs/fetch.log"]) == 0
+    files = lambda: {p: p.read_bytes() for d in ("data/world", "results") for p in Path(d).rglob("*")
+                     if p.is_file() and ".partial" not in p.parts}   # .partial/: resumable state, not outputs
+    published = files()
+    assert len(published) == 9   # five splits, the summary's csv and md, the samples' png and pdf
+
+    def fails(ctx):
+        raise RuntimeError("the figure failed")
+    monkeypatch.setattr(fetch, "draw_samples", fails)   # after the splits and the summary are written
+    tiny_world(params, seed=1)
+    with pytest.raises(RuntimeError, match="the figure failed"):
+        main(["fetch", "--params", str(params), "--log", "logs/fetch.log"])
+    assert files() == published

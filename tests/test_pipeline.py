@@ -268,7 +268,7 @@ def kill_when(proc: subprocess.Popen, ready, timeout: float = 120) -> bool:
 
 def interrupt_and_resume(repo: Path) -> None:
     """Kill fetch and zoo@tiny-dpt mid-write in ``repo``; each rerun resumes from what was left."""
-    partial = repo / "data/world/.partial/train.h5"
+    partial = repo / "data/world/.partial/.staged.train.h5"   # fetch writes train.h5 staged (pipeline/publish.py)
     fetch = subprocess.Popen(["taskgeom", "fetch"], cwd=repo, env=tool_env(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert kill_when(fetch, lambda: partial.exists() and partial.stat().st_size > 200_000)

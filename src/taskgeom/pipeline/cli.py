@@ -20,6 +20,7 @@ from taskgeom.data.hdf5 import StoreError
 from taskgeom.finite import NonFiniteError
 from taskgeom.pipeline import config
 from taskgeom.pipeline.lock import stage_lock
+from taskgeom.pipeline.publish import staged_outputs
 from taskgeom.pipeline.registry import STAGES
 from taskgeom.pipeline.stage import Collect, Stage, param_keys, resolve
 
@@ -60,14 +61,14 @@ def run_stage(stage: Stage, args: argparse.Namespace) -> int:
     if missing := missing_inputs(inputs):
         raise FileNotFoundError(f"stage {stage.name}: missing input(s): {', '.join(missing)}")
     keys = param_keys(stage, params, value)
-    with stage_lock(stage.name, value):
+    with stage_lock(stage.name, value), staged_outputs(outputs) as staged:
         log = setup_logging(args.log)
         device = resolve_device(params["device"]) if "device" in keys else "cpu"
-        ctx = StageContext(stage.name, inputs, outputs, config.select(params, keys), value, device, log)
+        ctx = StageContext(stage.name, inputs, staged, config.select(params, keys), value, device, log)
         start = time.perf_counter()
         log.info("stage %s%s on %s, %d thread(s)", stage.name, f" [{value}]" if value else "", device, threads)
         importlib.import_module(stage.runner).run(ctx)
-        if absent := [str(p) for p in outputs.values() if not p.exists()]:
+        if absent := [str(outputs[k]) for k, p in staged.items() if not p.exists()]:
             raise RuntimeError(f"stage {stage.name} finished without writing: {', '.join(absent)}")
         log.info("stage %s done in %.1f s", stage.name, time.perf_counter() - start)
     return 0
