@@ -100,10 +100,11 @@ def commit_to_dvc(commands: Iterable[str], root: Path = Path(".")) -> list[str]:
     outputs = files_under(o for _, outs in stages for o in outs)
     stamps = {f: f.stat() for f in outputs}
     quiet = {"cwd": root, "check": True, "stdout": subprocess.DEVNULL}
-    subprocess.run(["dvc", "repro", "--quiet", CHECK_PARAMS], **quiet)
+    subprocess.run(["dvc", "--wait-for-lock", "repro", "--quiet", CHECK_PARAMS], **quiet)
     everything = {a for a, _, _ in known} - {CHECK_PARAMS}
     try:
-        subprocess.run(["dvc", "commit", "--force", "--quiet", *commit_targets([a for a, _ in stages], everything)],
+        subprocess.run(["dvc", "--wait-for-lock", "commit", "--force", "--quiet",
+                        *commit_targets([a for a, _ in stages], everything)],
                        **quiet)
     finally:
         for f, st in stamps.items():
@@ -129,7 +130,8 @@ def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
         return []
     if (root / FOLLOWED).is_file() and (root / FOLLOWED).read_text() == lock_digest(root):
         return []
-    status = subprocess.run(["dvc", "status", "--json"], cwd=root, check=True, capture_output=True, text=True)
+    status = subprocess.run(["dvc", "--wait-for-lock", "status", "--json"], cwd=root, check=True, capture_output=True,
+                            text=True)
     stale = {name.split(":")[-1] for name in json.loads(status.stdout or "{}")}
     followed = []
     for stage, value in instances(params):
