@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
@@ -33,12 +33,12 @@ def first_nonfinite_row(values: np.ndarray | Tensor) -> int | None:
     return int(rows[0]) if rows.size else None
 
 
-def require_finite(values: np.ndarray | Tensor, what: str, items: Sequence[str] | None = None) -> None:
+def require_finite(values: np.ndarray | Tensor, what: str, item: Callable[[int], str] = lambda i: f"item {i}") -> None:
     """Raise NonFiniteError naming ``what`` and the first item of ``values`` (n, ...) that holds a
-    NaN or an infinity: ``items[i]`` (an origin such as ``file[index]``) when given, else ``item i``."""
+    NaN or an infinity, as ``item(row)`` names it (an origin such as ``file[index]``)."""
     row = first_nonfinite_row(values)
     if row is not None:
-        where = items[row] if items is not None else f"item {row}"
+        where = item(row)
         raise NonFiniteError(f"{what}: {where} holds a non-finite value (NaN or infinity); "
                              "fix or regenerate the file that holds it")
 

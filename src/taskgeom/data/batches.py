@@ -58,9 +58,9 @@ class _Prepared(Dataset):
         if self.depth is not None:
             if item.depth is None:
                 raise SourceError(f"sources.{self.source.name}: {item.key} has no depth (a dense task needs it)")
-            require_finite(np.asarray(item.depth)[None], f"sources.{self.source.name}: depth", [item.key])
+            require_finite(np.asarray(item.depth)[None], f"sources.{self.source.name}: depth", lambda _: item.key)
             out["depth"] = self._each(self.depth, item.depth, views)
-        require_finite(np.asarray(item.image)[None], f"sources.{self.source.name}: image", [item.key])
+        require_finite(np.asarray(item.image)[None], f"sources.{self.source.name}: image", lambda _: item.key)
         return out
 
 

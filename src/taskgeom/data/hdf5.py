@@ -9,9 +9,9 @@ Publishing rewrites the data into a fresh file in a fixed order, so the publishe
 bytes do not depend on whether, or where, the build was interrupted.
 
 A stage that writes several files (one per split) resumes at the first unpublished one:
-publishing also hard-links the file as ``<dir>/.partial/<name>.published``, which neither
-front end removes when it reruns the stage (Snakemake and DVC delete a rerun job's declared
-outputs first). A new build with the same attributes restores the file from that link instead
+publishing also hard-links the file as ``<dir>/.partial/<name>.published``, which survives a
+rerun (Snakemake and DVC delete a rerun job's declared outputs first, and the stage command its
+staged ones: ``pipeline/publish.py``). A new build with the same attributes restores the file from that link instead
 of rebuilding it; the stage calls ``forget_published`` once all its files are out.
 """
 

@@ -345,7 +345,7 @@ def world_arrays(source: Source, keys: tuple[str, ...], what: str) -> dict[str, 
         rows = source.stored[source.indices]
         out = {k: f[k if k in ("label", "family") else f"r{res}/{k}"][:][rows] for k in keys}
     for k, v in out.items():
-        require_finite(v, f"{what}: {k}", [f"{path}[{j}]" for j in rows])
+        require_finite(v, f"{what}: {k}", lambda i: f"{path}[{rows[i]}]")
     return out
 
 

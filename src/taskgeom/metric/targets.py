@@ -114,7 +114,7 @@ class TargetFile:
             out = {k: f[k][index] for k in keys}
         rows = np.arange(self.num_items)[index]
         for k, v in out.items():
-            require_finite(v, f"{self.path}: {k}", [f"row {i}" for i in rows])
+            require_finite(v, f"{self.path}: {k}", lambda i: f"row {rows[i]}")
         return out
 
 
@@ -140,7 +140,7 @@ def stream_batches(target: TargetFile, keys: tuple[str, ...], batch_size: int, s
                     idx = batch_rows(target, batch_size, seed, step, limit)
                     batch = {k: f[k][idx] for k in keys}
                     for k, v in batch.items():
-                        require_finite(v, f"{target.path}: {k}", [f"row {i}" for i in idx])
+                        require_finite(v, f"{target.path}: {k}", lambda i: f"row {idx[i]}")  # noqa: B023
                     while not stop.is_set():
                         try:
                             out.put(batch, timeout=0.1)
