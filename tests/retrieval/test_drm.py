@@ -73,7 +73,8 @@ def test_training_lowers_the_held_out_regression_loss():
     with torch.no_grad():
         before = regression_loss(model(F[held[i]], F[held[j]]), true[held[i], held[j]]).item()
     cfg = {"steps": 150, "batch_size": 32, "lr": 0.01, "seed": 0, "distill_weight": 1.0}
-    curve = train_variant(model, F, true, torch.rand(n, tokens) + 0.1, np.arange(30), held, cfg, True, False)
+    curve = train_variant(model, F, true, torch.rand(n, tokens) + 0.1, np.arange(30), held, cfg, True, False,
+                          "retrieval test")
     assert curve[-1]["heldout_regression"] < 0.5 * before
 
 
