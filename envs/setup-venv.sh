@@ -20,8 +20,8 @@ if [[ ! -f "$shared/.complete" ]]; then
   rm -rf "$shared"
   mkdir -p "$cache"
   "$python" -m venv "$shared"
-  "$shared/bin/python" -m pip install -qq --upgrade pip
-  "$shared/bin/python" -m pip install -qq -r "$lock"
+  # every file checked against the lock's sha256 (envs/lock.sh); the venv's own pip does it
+  "$shared/bin/python" -m pip install -qq --require-hashes -r "$lock"
   touch "$shared/.complete"
 fi
 
