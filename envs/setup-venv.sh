@@ -8,7 +8,9 @@
 # `pytest` and `ruff` launchers. On a fresh machine the same command builds everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python=${PYTHON:-python3}
+# the base interpreter, never .venv's own (under make, .venv/bin leads PATH, and .venv is
+# rebuilt below when the lock changes)
+python=$("${PYTHON:-python3}" -c 'import sys; print(sys._base_executable)')
 lock=envs/requirements.lock
 pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 key=$( (cat "$lock"; echo "$pyver") | sha256sum | cut -c1-16)
