@@ -5,7 +5,8 @@ either, and after ``dvc checkout`` or ``dvc pull``.
 same commands (``dag``), so a Snakemake job and a DVC stage are matched by their command. After
 a successful Snakemake run every job of its DAG is up to date; the DVC stages with those
 commands are committed (``dvc commit -f``: dvc.lock records their deps, params and outputs, and
-the outputs enter DVC's cache), after ``check-params``, which every DVC stage depends on. DVC's
+the outputs enter DVC's cache), with ``check-params``, which every DVC stage depends on, run by
+its own command (its output is replaced atomically, never deleted) and committed too. DVC's
 commit rewrites the files it caches, which would make every output look newer than Snakemake
 recorded, so each output's modification time is put back afterwards.
 
@@ -63,7 +64,7 @@ def files_under(paths: Iterable[Path]) -> list[Path]:
 
 def commit_targets(addresses: list[str], everything: set[str]) -> list[str]:
     """``dvc commit`` targets for ``addresses``: none when they are every stage (``check-params``
-    aside, which ran just before), else each foreach group whose instances all are (``head`` for
+    aside), else each foreach group whose instances all are (``head`` for
     ``head@a``, ``head@b``, ...) and the rest one by one. DVC's cost grows with the number of
     targets it resolves, far beyond the cost of committing."""
     chosen = set(addresses)
@@ -100,12 +101,15 @@ def commit_to_dvc(commands: Iterable[str], root: Path = Path(".")) -> list[str]:
     outputs = files_under(o for _, outs in stages for o in outs)
     stamps = {f: f.stat() for f in outputs}
     quiet = {"cwd": root, "check": True, "stdout": subprocess.DEVNULL}
-    subprocess.run(["dvc", "--wait-for-lock", "repro", "--quiet", CHECK_PARAMS], **quiet)
+    # check-params's own command, not ``dvc repro check-params``: DVC deletes a stage's outputs
+    # before it reruns it, and a ``dvc repro`` running meanwhile (its repository lock released
+    # while a stage's command runs) would find the data/params.ok it depends on missing
+    subprocess.run(next(cmd for a, cmd, _ in known if a == CHECK_PARAMS), shell=True, **quiet)
     everything = {a for a, _, _ in known} - {CHECK_PARAMS}
+    targets = commit_targets([a for a, _ in stages], everything)
     try:
         subprocess.run(["dvc", "--wait-for-lock", "commit", "--force", "--quiet",
-                        *commit_targets([a for a, _ in stages], everything)],
-                       **quiet)
+                        *(targets and [CHECK_PARAMS, *targets])], **quiet)
     finally:
         for f, st in stamps.items():
             if f.exists():
