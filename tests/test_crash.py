@@ -1,5 +1,6 @@
-"""The crash-test harness on a copy of the smoke run: every kill of a stage that writes several
-files, checkpoints or trains (fetch, targets, zoo, head) under Snakemake and under DVC is survived."""
+"""The crash-test harness and the fault injection on copies of the smoke run: every kill of a
+stage that writes several files, checkpoints or trains (fetch, targets, zoo, head) under
+Snakemake and under DVC is survived, and every injected fault has its expected outcome."""
 
 from __future__ import annotations
 
@@ -23,3 +24,14 @@ def test_every_kill_is_survived_under_both_front_ends(smoke: Path, tmp_path: Pat
     assert len(table) == 8 and set(table["front_end"]) == {"snakemake", "dvc"}
     assert proc.returncode == 0 and table["survived"].all(), table[~table["survived"]].to_string()
     assert table["killed"].sum() >= 4, table.to_string()   # most runs were killed mid-way, not after the end
+
+
+def test_every_injected_fault_is_handled(smoke: Path, tmp_path: Path):
+    repo = tmp_path / "repo"
+    shutil.copytree(smoke, repo, symlinks=True)
+    proc = run([sys.executable, str(REPO / "benchmarks/fault_injection.py"), str(repo), "--out", str(tmp_path / "out")],
+               repo, check=False)
+    table = pd.read_csv(tmp_path / "out/faults.csv", keep_default_na=False)
+    assert len(table) == 9, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0 and table["handled"].all(), table[~table["handled"]].to_string()
+    assert "is running in process" in table.set_index("fault").loc["two-front-ends", "outcome"]

@@ -4,14 +4,12 @@ resume cleanly, and artifacts round-trip through a DVC remote."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-from conftest import dvc_stages, output_digests, run, run_together, tool_env
+from conftest import dvc_stages, run, run_together, tool_env
 
 import taskgeom
 from taskgeom.artifacts import provenance
@@ -240,38 +238,6 @@ def test_invalid_params_fail_before_any_work_and_keep_outputs_and_logs(smoke: Pa
     finally:
         params_path.write_text(original)
     assert kept() == snapshot  # a refused call leaves every output and every earlier log as it was
-
-
-def held(lock: Path) -> bool:
-    """Whether another process holds the stage lock ``lock``."""
-    if not lock.exists():
-        return False
-    with open(lock) as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return False
-
-
-def test_two_front_ends_on_one_stage_at_once_run_it_in_turn_and_end_with_one_runs_bytes(
-        smoke: Path, smoke_digests: dict[str, str]):
-    probe = "mv-depth-latent"  # the smoke DAG's slowest targets instance: DVC starts well before it ends
-    outputs = [f"data/targets/{probe}/{split}.h5" for split in ("train", "val", "test")]
-    lock = smoke / f".taskgeom/locks/targets@{probe}.lock"
-    log = tempfile.TemporaryFile("w+")  # not a pipe: a full pipe would stall the lock's holder
-    snakemake = subprocess.Popen(["snakemake", "--cores", "1", "--force", outputs[0]], cwd=smoke, env=tool_env(),
-                                 stdout=log, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 300
-    while not held(lock) and snakemake.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert held(lock), "Snakemake's targets run never took its lock"
-    dvc = run(["dvc", "repro", "--force", "-s", f"targets@{probe}"], smoke)
-    assert snakemake.wait(timeout=600) == 0, (log.seek(0), log.read()[-4000:])
-    assert re.search(rf"stage targets@{probe} is running in process \d+ ", dvc.stdout + dvc.stderr)
-    assert {rel: output_digests(smoke)[rel] for rel in outputs} == {rel: smoke_digests[rel] for rel in outputs}
-    assert not list((smoke / f"data/targets/{probe}").glob(".staged.*"))
 
 
 def test_every_result_file_records_where_it_came_from(smoke: Path):

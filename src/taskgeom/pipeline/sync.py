@@ -6,9 +6,10 @@ same commands (``dag``), so a Snakemake job and a DVC stage are matched by their
 a successful Snakemake run every job of its DAG is up to date; the DVC stages with those
 commands are committed (``dvc commit -f``: dvc.lock records their deps, params and outputs, and
 the outputs enter DVC's cache), with ``check-params``, which every DVC stage depends on, run by
-its own command (its output is replaced atomically, never deleted) and committed too. DVC's
-commit rewrites the files it caches, which would make every output look newer than Snakemake
-recorded, so each output's modification time is put back afterwards.
+its own command (its output is replaced atomically, never deleted as ``dvc repro`` would) and
+committed too. The commit waits until no ``dvc repro`` is inside a stage (``dvc_in_a_stage``).
+DVC's commit rewrites the files it caches, which would make every output look newer than
+Snakemake recorded, so each output's modification time is put back afterwards.
 
 **DVC to Snakemake** (``follow_dvc``, when the Snakefile is read). Snakemake decides from its own
 records (``.snakemake/metadata``: the parameters, inputs, input checksums and command of the job
@@ -28,6 +29,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+import time
 from base64 import urlsafe_b64encode
 from collections.abc import Iterable, Iterator
 from hashlib import sha256
@@ -40,6 +43,7 @@ from taskgeom.pipeline.registry import STAGES
 from taskgeom.pipeline.stage import Stage, param_keys, resolve
 
 CHECK_PARAMS = "check-params"
+DVC_RWLOCK = Path(".dvc/tmp/rwlock")  # DVC's record of the paths a running stage reads and writes
 FOLLOWED = Path(".snakemake/taskgeom-dvc-lock.sha256")  # the dvc.lock last followed or committed
 SNAKEMAKE_METADATA = Path(".snakemake/metadata")
 RECORD_FORMAT_VERSION = 6   # Snakemake 9's record layout, as written by its persistence.finished()
@@ -84,6 +88,41 @@ def commit_targets(addresses: list[str], everything: set[str]) -> list[str]:
     return targets
 
 
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def dvc_in_a_stage(root: Path) -> dict[int, str]:
+    """PID -> command of each live ``dvc`` process inside a stage of ``root`` (its path locks in
+    DVC's rwlock file). DVC releases its repository lock while a stage's command runs and takes it
+    back, without waiting, when the command ends: a commit holding it then fails that run."""
+    try:
+        lock = json.loads((root / DVC_RWLOCK).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    inside = str(root.resolve()) + os.sep
+    infos = [i for path, infos in lock.get("read", {}).items() if path.startswith(inside) for i in infos]
+    infos += [i for path, i in lock.get("write", {}).items() if path.startswith(inside)]
+    return {i["pid"]: i["cmd"] for i in infos if i["pid"] != os.getpid() and alive(i["pid"])}
+
+
+def wait_for_dvc_stages(root: Path, poll: float = 0.5) -> None:
+    """Return once no ``dvc`` process is inside a stage of ``root``, saying whom it waits for."""
+    told = False
+    while running := dvc_in_a_stage(root):
+        if not told:
+            print(f"taskgeom: DVC is running a stage in process {', '.join(map(str, running))}; "
+                  "recording this run in DVC once it ends", file=sys.stderr, flush=True)
+            told = True
+        time.sleep(poll)
+
+
 def commit_to_dvc(commands: Iterable[str], root: Path = Path(".")) -> list[str]:
     """Record in DVC the stages whose command is among ``commands`` (the up-to-date jobs of a
     Snakemake run) and whose outputs all exist; return their addresses.
@@ -100,6 +139,7 @@ def commit_to_dvc(commands: Iterable[str], root: Path = Path(".")) -> list[str]:
         return []
     outputs = files_under(o for _, outs in stages for o in outs)
     stamps = {f: f.stat() for f in outputs}
+    wait_for_dvc_stages(root)
     quiet = {"cwd": root, "check": True, "stdout": subprocess.DEVNULL}
     # check-params's own command, not ``dvc repro check-params``: DVC deletes a stage's outputs
     # before it reruns it, and a ``dvc repro`` running meanwhile (its repository lock released
