@@ -117,6 +117,16 @@ def crash(repo: Path, front_end: str, stage: Stage, item: str | None, delay: flo
             "error": "" if rerun.returncode == 0 else rerun.stderr[-300:].replace("\n", " ")}
 
 
+def write_result(table: pd.DataFrame, out: Path, name: str, title: str, summary: str) -> None:
+    """``table`` as <out>/<name>.csv and, under ``title`` and ``summary`` (stamped with the
+    Python version and date), as <out>/<name>.md; the summary is printed too."""
+    summary += f" Python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}."
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / f"{name}.csv", index=False)
+    (out / f"{name}.md").write_text(f"# {title}\n\n{summary}\n\n{table.to_markdown(index=False)}\n")
+    print(summary)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("repo", type=Path)
@@ -140,17 +150,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{row['stage']}{'@' + row['item'] if row['item'] else ''} {front_end} kill at "
                       f"{row['kill_at_s']} s: {'survived' if row['survived'] else 'FAILED'}", flush=True)
     table = pd.DataFrame(rows)
-    args.out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(args.out / "crash_test.csv", index=False)
     kills = int(table["killed"].sum())
-    summary = (f"{len(table)} runs of {table[['stage', 'item']].drop_duplicates().shape[0]} stage instances "
-               f"({table['stage'].nunique()} stages) under {', '.join(args.front_ends.split(','))}: {kills} killed "
-               f"mid-run, {len(table) - kills} finished first; survived: {int(table['survived'].sum())} of "
-               f"{len(table)}. Seed {args.seed}, python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}.")
-    (args.out / "crash_test.md").write_text(f"# Crash test\n\n{summary}\n\n{table.to_markdown(index=False)}\n")
-    print(summary)
+    write_result(table, args.out, "crash_test", "Crash test",
+                 f"{len(table)} runs of {table[['stage', 'item']].drop_duplicates().shape[0]} stage instances "
+                 f"({table['stage'].nunique()} stages) under {', '.join(args.front_ends.split(','))}: {kills} killed "
+                 f"mid-run, {len(table) - kills} finished first; survived: {int(table['survived'].sum())} of "
+                 f"{len(table)}. Seed {args.seed}.")
     return 0 if table["survived"].all() else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

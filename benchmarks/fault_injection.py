@@ -45,7 +45,7 @@ import h5py
 import numpy as np
 import pandas as pd
 import yaml
-from crash_test import digests, leftovers, seconds
+from crash_test import digests, leftovers, seconds, write_result
 
 from taskgeom.pipeline import config
 from taskgeom.pipeline.registry import STAGES
@@ -244,14 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {'handled' if rows[-1]['handled'] else 'NOT HANDLED'} ({outcome})", flush=True)
     (repo / "PWNED").unlink(missing_ok=True)
     table = pd.DataFrame(rows)
-    args.out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(args.out / "faults.csv", index=False)
-    summary = (f"{int(table['handled'].sum())} of {len(table)} injected faults handled as expected "
-               f"(python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}).")
-    (args.out / "faults.md").write_text(f"# Injected faults\n\n{summary}\n\n{table.to_markdown(index=False)}\n")
-    print(summary)
+    write_result(table, args.out, "faults", "Injected faults",
+                 f"{int(table['handled'].sum())} of {len(table)} injected faults handled as expected.")
     return 0 if table["handled"].all() else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())
