@@ -111,7 +111,8 @@ def poke_h5(path: Path, dataset: str, index: tuple) -> bytes:
 
 def refused(proc: subprocess.CompletedProcess, *names: str) -> tuple[bool, str]:
     text = proc.stderr + proc.stdout
-    return proc.returncode != 0 and all(n in text for n in names), f"rc {proc.returncode}: {said(proc)}"
+    line = next((x.strip() for x in text.splitlines() if names and names[0] in x), said(proc))
+    return proc.returncode != 0 and all(n in text for n in names), f"rc {proc.returncode}: {line[:240]}"
 
 
 def non_finite_target(repo: Path, params: dict) -> tuple[bool, str]:
