@@ -158,5 +158,6 @@ def main(argv: list[str] | None = None) -> int:
                  f"{len(table)}. Seed {args.seed}.")
     return 0 if table["survived"].all() else 1
 
+
 if __name__ == "__main__":
     sys.exit(main())

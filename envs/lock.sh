@@ -2,7 +2,8 @@
 # Write envs/requirements.lock: resolve envs/requirements.in in a fresh venv (or take the pins
 # of the file given as $1, e.g. the current lock, to re-hash without resolving), then let pip
 # report the exact file it would install for each pin and record its sha256 (envs/hash_lock.py).
-# Works in its own temporary directory, removed on exit. Needs the package index.
+# Works in its own temporary directory, removed on exit. Needs the package index. setuptools
+# stays pinned (freeze --all): `pip install -e .` builds without isolation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}

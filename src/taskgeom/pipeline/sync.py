@@ -89,6 +89,7 @@ def commit_targets(addresses: list[str], everything: set[str]) -> list[str]:
 
 
 def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0 checks without sending)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -132,6 +133,7 @@ def commit_to_dvc(commands: Iterable[str], root: Path = Path(".")) -> list[str]:
     """
     if not (root / ".dvc").is_dir() or not (root / "dvc.yaml").is_file():
         return []
+    wait_for_dvc_stages(root)  # before reading what exists: a running stage may still rewrite it
     done, known = set(commands), dvc_stages(root)
     stages = [(a, outs) for a, cmd, outs in known
               if a != CHECK_PARAMS and cmd in done and all(o.exists() for o in outs)]
@@ -139,7 +141,6 @@ def commit_to_dvc(commands: Iterable[str], root: Path = Path(".")) -> list[str]:
         return []
     outputs = files_under(o for _, outs in stages for o in outs)
     stamps = {f: f.stat() for f in outputs}
-    wait_for_dvc_stages(root)
     quiet = {"cwd": root, "check": True, "stdout": subprocess.DEVNULL}
     # check-params's own command, not ``dvc repro check-params``: DVC deletes a stage's outputs
     # before it reruns it, and a ``dvc repro`` running meanwhile (its repository lock released
@@ -147,9 +148,10 @@ def commit_to_dvc(commands: Iterable[str], root: Path = Path(".")) -> list[str]:
     subprocess.run(next(cmd for a, cmd, _ in known if a == CHECK_PARAMS), shell=True, **quiet)
     everything = {a for a, _, _ in known} - {CHECK_PARAMS}
     targets = commit_targets([a for a, _ in stages], everything)
+    if targets:  # none commits every stage, check-params included
+        targets = [CHECK_PARAMS, *targets]
     try:
-        subprocess.run(["dvc", "--wait-for-lock", "commit", "--force", "--quiet",
-                        *(targets and [CHECK_PARAMS, *targets])], **quiet)
+        subprocess.run(["dvc", "--wait-for-lock", "commit", "--force", "--quiet", *targets], **quiet)
     finally:
         for f, st in stamps.items():
             if f.exists():
