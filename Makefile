@@ -14,11 +14,14 @@ venv:
 reproduce: venv
 	snakemake --cores $(CORES)
 
+# One pytest-xdist worker per core; tests/conftest.py groups what must share a worker.
+PYTEST := python -m pytest -q -n $(CORES) --dist loadgroup
+
 test: venv lint
-	python -m pytest -q --durations=20
+	$(PYTEST) --durations=20
 
 test-fast: venv lint
-	python -m pytest -q -m "not pipeline and not slurm"
+	$(PYTEST) -m "not pipeline and not slurm and not slow"
 
 lint: venv
 	ruff check .

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -87,19 +88,63 @@ def output_digests(repo: Path) -> dict[str, str]:
             if p.is_file() and ".partial" not in p.parts}
 
 
+def shared_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """A directory all pytest-xdist workers of this session share (the session's own without -n)."""
+    base = tmp_path_factory.getbasetemp()
+    return base if worker_id == "master" else base.parent
+
+
 @pytest.fixture(scope="session")
-def smoke(tmp_path_factory) -> Path:
-    """The smoke DAG, run once locally by Snakemake; the digests of what it wrote are kept
-    beside the repository (``smoke_digests``) before other tests change anything."""
-    repo = copy_repo(tmp_path_factory.mktemp("smoke") / "repo")
-    run(["snakemake", "--profile", "profiles/local", "--cores", "2"], repo)
-    (repo.parent / "digests.json").write_text(json.dumps(output_digests(repo)))
+def smoke_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The smoke DAG, run once per session locally by Snakemake, whichever worker asks first (the
+    others wait on a lock), with the digests of what it wrote beside it. Nothing changes it: a test
+    that runs or edits anything works in a copy (``copy_run``, or the fixture ``smoke``)."""
+    root = shared_dir(tmp_path_factory, worker_id) / "smoke-run"
+    root.mkdir(exist_ok=True)
+    with open(root / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        repo = root / "repo"
+        if not (root / "digests.json").is_file():
+            shutil.rmtree(repo, ignore_errors=True)  # a build that failed in another worker
+            copy_repo(repo)
+            run(["snakemake", "--profile", "profiles/local", "--cores", "2"], repo)
+            (root / "digests.json").write_text(json.dumps(output_digests(repo)))
     return repo
 
 
+def copy_run(src: Path, dest: Path, **kw) -> Path:
+    """A copy of a repository where the pipeline has run (its git, DVC and Snakemake state)."""
+    shutil.copytree(src, dest, symlinks=True, **kw)
+    return dest
+
+
 @pytest.fixture(scope="session")
-def smoke_digests(smoke: Path) -> dict[str, str]:
-    return json.loads((smoke.parent / "digests.json").read_text())
+def smoke(smoke_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the smoke run that the tests of the group ``smoke`` change and restore in file
+    order, on one worker (``pytest_collection_modifyitems``)."""
+    return copy_run(smoke_run, tmp_path_factory.mktemp("smoke") / "repo")
+
+
+@pytest.fixture(scope="session")
+def smoke_digests(smoke_run: Path) -> dict[str, str]:
+    return json.loads((smoke_run.parent / "digests.json").read_text())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A pytest-xdist worker (one per core) keeps torch's pool to one thread; the commands the
+    tests start choose their own."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+        torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist's ``--dist loadgroup``: the tests that share the copy ``smoke`` run
+    in order on one worker, and every other file's tests on one worker (its module fixtures built
+    once)."""
+    for item in items:
+        group = "smoke" if "smoke" in getattr(item, "fixturenames", ()) else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def snakemake_jobs(repo: Path) -> dict[str, dict]:

@@ -4,20 +4,18 @@ Snakemake and under DVC is survived, and every injected fault has its expected o
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import REPO, run
+from conftest import REPO, copy_run, run
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
 
-def test_every_kill_is_survived_under_both_front_ends(smoke: Path, tmp_path: Path):
-    repo = tmp_path / "repo"
-    shutil.copytree(smoke, repo, symlinks=True)
+def test_every_kill_is_survived_under_both_front_ends(smoke_run: Path, tmp_path: Path):
+    repo = copy_run(smoke_run, tmp_path / "repo")
     proc = run([sys.executable, str(REPO / "benchmarks/crash_test.py"), str(repo), "--stages", "fetch,targets,zoo,head",
                 "--first-only", "--points", "1", "--out", str(tmp_path / "out")], repo, check=False)
     table = pd.read_csv(tmp_path / "out/crash_test.csv")
@@ -26,9 +24,8 @@ def test_every_kill_is_survived_under_both_front_ends(smoke: Path, tmp_path: Pat
     assert table["killed"].sum() >= 4, table.to_string()   # most runs were killed mid-way, not after the end
 
 
-def test_every_injected_fault_is_handled(smoke: Path, tmp_path: Path):
-    repo = tmp_path / "repo"
-    shutil.copytree(smoke, repo, symlinks=True)
+def test_every_injected_fault_is_handled(smoke_run: Path, tmp_path: Path):
+    repo = copy_run(smoke_run, tmp_path / "repo")
     proc = run([sys.executable, str(REPO / "benchmarks/fault_injection.py"), str(repo), "--out", str(tmp_path / "out")],
                repo, check=False)
     table = pd.read_csv(tmp_path / "out/faults.csv", keep_default_na=False)

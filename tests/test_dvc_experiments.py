@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run
+from conftest import copy_run, run
 
 from taskgeom.pipeline.config import get
 from taskgeom.pipeline.registry import STAGES
@@ -62,9 +62,8 @@ def test_dvc_plots_show_draws_every_declared_plot_with_its_axes(smoke: Path, tmp
         assert all(f'"title": {json.dumps(label)}' in spec for label in (plot.x_label, plot.y_label)), path
 
 
-def test_an_experiment_on_one_key_changes_only_its_stages_metrics(smoke: Path, tmp_path: Path):
-    repo = tmp_path / "repo"  # a copy: the shared smoke run stays as Snakemake left it
-    shutil.copytree(smoke, repo, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
+def test_an_experiment_on_one_key_changes_only_its_stages_metrics(smoke_run: Path, tmp_path: Path):
+    repo = copy_run(smoke_run, tmp_path / "repo", ignore=shutil.ignore_patterns(".snakemake"))
     git = ["git", "-c", "user.email=ci@taskgeom", "-c", "user.name=taskgeom"]
     run(["git", "add", "-A"], repo)
     run([*git, "commit", "-qm", "baseline"], repo)  # dvc.lock: the Snakemake run, recorded by its onsuccess

@@ -26,6 +26,8 @@ from taskgeom.fixtures.paper_mini import MANIFEST, WRITER, ForeignDirectoryError
 from taskgeom.models.adapters import load_paper_model
 from taskgeom.models.host import run_decoder
 
+pytestmark = pytest.mark.slow  # writes the paper-mini files, random weights of the real architectures
+
 WNIDS = ["n01440764", "n01443537", "n01484850", "n01491361", "n01494475", "n01496331", "n01498041",
          "n01514668", "n01514859", "n01518878"]
 

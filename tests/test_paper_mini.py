@@ -24,6 +24,8 @@ from taskgeom.pipeline.runtime import StageContext
 from taskgeom.stages import diagnose as diagnose_stage
 from taskgeom.stages import sources as sources_stage
 
+pytestmark = pytest.mark.slow  # writes the paper-mini files, random weights of the real architectures
+
 SETTINGS = {"images": 2, "estimator": {"r": 4, "num_probes": 8, "power_iters": 1, "seed": 0},
             "dense": {"max_dim": 0, "images": 0}, "power_table": {"q": [0], "images": 0, "reference_q": 2},
             "bootstrap": {"resamples": 20, "level": 0.9, "seed": 0},

@@ -18,6 +18,8 @@ from taskgeom.stages import fetch
 from taskgeom.stages import sources as sources_stage
 from taskgeom.stages import zoo as zoo_stage
 
+pytestmark = pytest.mark.slow  # trains tiny zoo models for tens of steps
+
 WORLD = {"seed": 3, "resolution": 32, "eval_resolutions": [], "splits": {"train": 96, "val": 4, "test": 32},
          "multiview": {"views": 2, "train": 16, "test": 8}, "num_objects": [3, 4], "fov_deg": [45.0, 60.0],
          "room_share": 0.4, "chunk": 32}
