@@ -9,7 +9,8 @@ For each selected stage instance, front end and kill point:
    u drawn from U(0.15, 0.85) with --seed (a run that ends first counts as "finished first");
 3. the same command reruns without a kill (Snakemake after `--unlock`, with `--rerun-incomplete`);
 4. every file under data/ and results/ is compared with its digest before step 1: the instance's
-   outputs must come back with the same bytes (prune-speed's wall-clock tables: present only),
+   outputs must come back with the same bytes (prune-speed's wall-clock times and the tables of
+   them: present only),
    no other file may change or disappear, and no staged (`.staged.*`) or partial file may remain.
 
     python benchmarks/crash_test.py REPO [--stages fetch,targets] [--first-only] [--points 2]
@@ -38,7 +39,7 @@ from taskgeom.pipeline.registry import STAGES
 from taskgeom.pipeline.stage import Stage, resolve
 from taskgeom.pipeline.sync import CHECK_PARAMS
 
-TIMED = {"prune-speed"}  # stages whose tables hold wall-clock times: compared for presence only
+WALL_CLOCK = ("results/prune/speed",)  # prune-speed's times and the tables of them: compared for presence only
 
 
 def digests(repo: Path) -> dict[str, str]:
@@ -49,9 +50,10 @@ def digests(repo: Path) -> dict[str, str]:
 
 
 def leftovers(repo: Path) -> list[str]:
-    """Staged outputs and partial files anywhere under data/ and results/."""
+    """Staged outputs, unfinished atomic writes and partial files anywhere under data/ and results/."""
     return sorted(str(p.relative_to(repo)) for top in ("data", "results") for p in (repo / top).rglob("*")
-                  if p.is_file() and (p.name.startswith(".staged.") or ".partial" in p.parts))
+                  if p.is_file() and (p.name.startswith(".staged.") or ".partial" in p.parts
+                                      or p.name.startswith(".") and p.name.endswith(".tmp")))
 
 
 def instances(params: dict, names: set[str] | None, first_only: bool = False) -> list[tuple[Stage, str | None]]:
@@ -105,9 +107,10 @@ def crash(repo: Path, front_end: str, stage: Stage, item: str | None, delay: flo
                            capture_output=True, text=True)
     after = digests(repo)
     mine = {str(p.relative_to(repo)) for p in outputs.values()}
-    changed_mine = sorted(k for k in mine if after.get(k) != before.get(k) and
-                          not (stage.name in TIMED and k in after))
-    changed_other = sorted(k for k in set(before) | set(after) if k not in mine and before.get(k) != after.get(k))
+    timed = lambda k: k.startswith(WALL_CLOCK) and k in before and k in after
+    changed_mine = sorted(k for k in mine if after.get(k) != before.get(k) and not timed(k))
+    changed_other = sorted(k for k in set(before) | set(after)
+                           if k not in mine and before.get(k) != after.get(k) and not timed(k))
     left = leftovers(repo)
     ok = rerun.returncode == 0 and not changed_mine and not changed_other and not left
     return {"stage": stage.name, "item": item or "", "front_end": front_end, "kill_at_s": round(delay, 2),

@@ -4,6 +4,7 @@ write leaves the previous file in place."""
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import tempfile
@@ -31,6 +32,13 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         os.replace(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+def leftovers(path: str | Path) -> list[Path]:
+    """The temporary files beside ``path`` that writes to it (``atomic_path``) left when the
+    process was killed before the rename: ``.<name>.<8 random characters>.tmp``."""
+    path = Path(path)
+    return sorted(path.parent.glob(f".{glob.escape(path.name)}.{'?' * 8}.tmp"))
 
 
 def write_text(path: str | Path, text: str, provenance: dict | None = None) -> None:

@@ -1,0 +1,25 @@
+"""A stage's outputs are published as a set (pipeline/publish.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from taskgeom.artifacts.atomic import write_text
+from taskgeom.pipeline.publish import staged_outputs
+
+
+def test_a_killed_runs_staged_files_and_unfinished_writes_are_removed_by_the_next_run(tmp_path: Path):
+    outputs = {"table": tmp_path / "t.csv", "figure": tmp_path / "figures/f.png"}
+    killed = [tmp_path / ".staged.t.csv", tmp_path / "figures/.staged.f.png",
+              tmp_path / "figures/..staged.f.png.k3_9xq0a.tmp"]   # an atomic write to the staged name
+    kept = [tmp_path / "t.csv.bak", tmp_path / ".staged.t.csv.notes"]
+    for path in killed + kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("left")
+    with staged_outputs(outputs) as staged:
+        assert not any(p.exists() for p in killed)
+        for key, path in staged.items():
+            write_text(path, key)
+    assert {p.name for p in tmp_path.rglob("*") if p.is_file()} == {"t.csv", "f.png", *(p.name for p in kept)}
+    assert (tmp_path / "t.csv").read_text() == "table"
+
