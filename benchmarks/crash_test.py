@@ -10,8 +10,8 @@ For each selected stage instance, front end and kill point:
 3. the same command reruns without a kill (Snakemake after `--unlock`, with `--rerun-incomplete`);
 4. every file under data/ and results/ is compared with its digest before step 1: the instance's
    outputs must come back with the same bytes (prune-speed's wall-clock times and the tables of
-   them: present only),
-   no other file may change or disappear, and no staged (`.staged.*`) or partial file may remain.
+   them: present only), no other file may change or disappear, and no staged (`.staged.*`),
+   unfinished (`.*.tmp`) or partial file may remain.
 
     python benchmarks/crash_test.py REPO [--stages fetch,targets] [--first-only] [--points 2]
                                          [--front-ends snakemake,dvc] [--seed 0] [--out results/benchmarks]
