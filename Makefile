@@ -14,14 +14,17 @@ venv:
 reproduce: venv
 	snakemake --cores $(CORES)
 
-# One pytest-xdist worker per core; tests/conftest.py groups what must share a worker.
-PYTEST := python -m pytest -q -n $(CORES) --dist loadgroup
+# The unit tests on one pytest-xdist worker per core (a file's tests on one worker, so its module
+# fixtures are built once), then the end-to-end tests in file order, sharing one smoke run.
+UNIT := -m "not pipeline and not slurm"
+XDIST := -n $(CORES) --dist loadfile
 
 test: venv lint
-	$(PYTEST) --durations=20
+	python -m pytest -q $(XDIST) $(UNIT) --durations=10
+	python -m pytest -q -m "pipeline or slurm" --durations=20
 
 test-fast: venv lint
-	$(PYTEST) -m "not pipeline and not slurm and not slow"
+	python -m pytest -q $(XDIST) -m "not pipeline and not slurm and not slow"
 
 lint: venv
 	ruff check .

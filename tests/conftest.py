@@ -120,8 +120,7 @@ def copy_run(src: Path, dest: Path, **kw) -> Path:
 
 @pytest.fixture(scope="session")
 def smoke(smoke_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the smoke run that the tests of the group ``smoke`` change and restore in file
-    order, on one worker (``pytest_collection_modifyitems``)."""
+    """A copy of the smoke run that the end-to-end tests change and restore, in file order."""
     return copy_run(smoke_run, tmp_path_factory.mktemp("smoke") / "repo")
 
 
@@ -136,15 +135,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
         torch.set_num_threads(1)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups for pytest-xdist's ``--dist loadgroup``: the tests that share the copy ``smoke`` run
-    in order on one worker, and every other file's tests on one worker (its module fixtures built
-    once)."""
-    for item in items:
-        group = "smoke" if "smoke" in getattr(item, "fixturenames", ()) else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def snakemake_jobs(repo: Path) -> dict[str, dict]:
