@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slurm
 # Files holding wall-clock measurements, which differ between any two runs.
 WALL_CLOCK = ("results/prune/speed",)
 # Snakemake ignores SIGTERM while it waits on jobs: a run past this is killed outright.
-RUN_LIMIT_S = 1800  # a guard, not a speed target: the other pytest-xdist worker shares the cores
+RUN_LIMIT_S = 900
 
 
 def cluster_unavailable() -> str | None:
