@@ -16,15 +16,15 @@ reproduce: venv
 
 # The unit tests on one pytest-xdist worker per core (a file's tests on one worker, so its module
 # fixtures are built once), then the end-to-end tests in file order, sharing one smoke run.
-UNIT := -m "not pipeline and not slurm"
+UNIT := not pipeline and not slurm
 XDIST := -n $(CORES) --dist loadfile
 
 test: venv lint
-	python -m pytest -q $(XDIST) $(UNIT) --durations=10
+	python -m pytest -q $(XDIST) -m "$(UNIT)" --durations=10
 	python -m pytest -q -m "pipeline or slurm" --durations=20
 
 test-fast: venv lint
-	python -m pytest -q $(XDIST) -m "not pipeline and not slurm and not slow"
+	python -m pytest -q $(XDIST) -m "$(UNIT) and not slow"
 
 lint: venv
 	ruff check .

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -88,27 +87,14 @@ def output_digests(repo: Path) -> dict[str, str]:
             if p.is_file() and ".partial" not in p.parts}
 
 
-def shared_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
-    """A directory all pytest-xdist workers of this session share (the session's own without -n)."""
-    base = tmp_path_factory.getbasetemp()
-    return base if worker_id == "master" else base.parent
-
-
 @pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
-    """The smoke DAG, run once per session locally by Snakemake, whichever worker asks first (the
-    others wait on a lock), with the digests of what it wrote beside it. Nothing changes it: a test
-    that runs or edits anything works in a copy (``copy_run``, or the fixture ``smoke``)."""
-    root = shared_dir(tmp_path_factory, worker_id) / "smoke-run"
-    root.mkdir(exist_ok=True)
-    with open(root / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        repo = root / "repo"
-        if not (root / "digests.json").is_file():
-            shutil.rmtree(repo, ignore_errors=True)  # a build that failed in another worker
-            copy_repo(repo)
-            run(["snakemake", "--profile", "profiles/local", "--cores", "2"], repo)
-            (root / "digests.json").write_text(json.dumps(output_digests(repo)))
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The smoke DAG, run once locally by Snakemake, with the digests of what it wrote beside it.
+    Nothing changes it: a test that runs or edits anything works in a copy (``copy_run``, or the
+    fixture ``smoke``)."""
+    repo = copy_repo(tmp_path_factory.mktemp("smoke-run") / "repo")
+    run(["snakemake", "--profile", "profiles/local", "--cores", "2"], repo)
+    (repo.parent / "digests.json").write_text(json.dumps(output_digests(repo)))
     return repo
 
 

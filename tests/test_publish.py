@@ -22,4 +22,3 @@ def test_a_killed_runs_staged_files_and_unfinished_writes_are_removed_by_the_nex
             write_text(path, key)
     assert {p.name for p in tmp_path.rglob("*") if p.is_file()} == {"t.csv", "f.png", *(p.name for p in kept)}
     assert (tmp_path / "t.csv").read_text() == "table"
-
