@@ -9,7 +9,9 @@ the outputs enter DVC's cache), with ``check-params``, which every DVC stage dep
 its own command (its output is replaced atomically, never deleted as ``dvc repro`` would) and
 committed too. The commit waits until no ``dvc repro`` is inside a stage (``dvc_in_a_stage``).
 DVC's commit rewrites the files it caches, which would make every output look newer than
-Snakemake recorded, so each output's modification time is put back afterwards.
+Snakemake recorded, so each output's modification time is put back afterwards. DVC's own commit
+truncates dvc.lock before writing it; this one replaces it atomically (``dvc_atomic``), so a run
+killed during its ``onsuccess`` leaves the previous dvc.lock.
 
 **DVC to Snakemake** (``follow_dvc``, when the Snakefile is read). Snakemake decides from its own
 records (``.snakemake/metadata``: the parameters, inputs, input checksums and command of the job
@@ -36,7 +38,7 @@ from collections.abc import Iterable, Iterator
 from hashlib import sha256
 from pathlib import Path
 
-from taskgeom.artifacts.atomic import atomic_path
+from taskgeom.artifacts.atomic import atomic_path, leftovers
 from taskgeom.pipeline.config import get, select
 from taskgeom.pipeline.dag import snakemake_rule
 from taskgeom.pipeline.registry import STAGES
@@ -134,6 +136,8 @@ def commit_to_dvc(commands: Iterable[str], root: Path = Path(".")) -> list[str]:
     if not (root / ".dvc").is_dir() or not (root / "dvc.yaml").is_file():
         return []
     wait_for_dvc_stages(root)  # before reading what exists: a running stage may still rewrite it
+    for unfinished in leftovers(root / "dvc.lock"):  # of a commit killed before its rename
+        unfinished.unlink()
     done, known = set(commands), dvc_stages(root)
     stages = [(a, outs) for a, cmd, outs in known
               if a != CHECK_PARAMS and cmd in done and all(o.exists() for o in outs)]
@@ -151,7 +155,8 @@ def commit_to_dvc(commands: Iterable[str], root: Path = Path(".")) -> list[str]:
     if targets:  # none commits every stage, check-params included
         targets = [CHECK_PARAMS, *targets]
     try:
-        subprocess.run(["dvc", "--wait-for-lock", "commit", "--force", "--quiet", *targets], **quiet)
+        subprocess.run([sys.executable, "-m", "taskgeom.pipeline.dvc_atomic", "--wait-for-lock", "commit", "--force",
+                        "--quiet", *targets], **quiet)
     finally:
         for f, st in stamps.items():
             if f.exists():
