@@ -45,15 +45,42 @@ def test_a_refused_stage_leaves_its_earlier_log(tmp_path: Path, monkeypatch, cas
 
 
 def test_a_stage_runs_on_its_declared_threads_although_torch_is_loaded_first():
-    """The CLI's imports load torch before a stage's thread count is known; use_threads must
-    still set torch's pool, so DVC (which exports no OMP_NUM_THREADS) trains on the threads
-    Snakemake gives the job."""
-    code = ("import taskgeom.pipeline.cli, sys; assert 'torch' in sys.modules\n"
+    """Whatever loaded torch before a stage's thread count is known, use_threads must still set
+    torch's pool, so DVC (which exports no OMP_NUM_THREADS) trains on the threads Snakemake gives
+    the job."""
+    code = ("import torch, taskgeom.pipeline.cli\n"
             "from taskgeom.pipeline.runtime import use_threads\n"
-            "import torch; use_threads(1); print(torch.get_num_threads())")
+            "use_threads(1); print(torch.get_num_threads())")
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1"
+
+
+def test_commands_and_stages_that_need_no_torch_do_not_load_it():
+    """Loading torch costs seconds per process: the CLI's utilities and the stages whose runners
+    need no torch (their provenance included) run without it."""
+    code = ("import sys\n"
+            "from taskgeom.pipeline.cli import main\n"
+            f"assert main(['params', 'check', {str(ROOT / 'params/smoke.yaml')!r}]) == 0\n"
+            "from taskgeom.pipeline.runtime import machine\n"
+            "import taskgeom.stages.check_params, taskgeom.stages.fetch, taskgeom.stages.findings\n"
+            "import taskgeom.stages.report, taskgeom.stages.zoo_table\n"
+            "machine('cpu')\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_errors_a_user_fixes_are_told_in_one_line_and_others_raise():
+    from taskgeom.artifacts.checkpoints import CheckpointError
+    from taskgeom.data.hdf5 import StoreError
+    from taskgeom.finite import NonFiniteError
+    from taskgeom.pipeline.cli import user_error
+    from taskgeom.pipeline.config import ParamsError
+
+    for exc in (CheckpointError("c"), StoreError("s"), NonFiniteError("n"), ParamsError("p"), FileNotFoundError()):
+        assert user_error(exc)
+    assert not user_error(ValueError("a bug")) and not user_error(KeyError("a bug"))
 
 
 def tiny_world(params: Path, seed: int) -> None:

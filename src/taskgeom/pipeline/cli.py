@@ -15,9 +15,6 @@ import time
 from pathlib import Path
 
 from taskgeom import __version__
-from taskgeom.artifacts.checkpoints import CheckpointError
-from taskgeom.data.hdf5 import StoreError
-from taskgeom.finite import NonFiniteError
 from taskgeom.pipeline import config
 from taskgeom.pipeline.lock import stage_lock
 from taskgeom.pipeline.publish import staged_outputs
@@ -25,6 +22,17 @@ from taskgeom.pipeline.registry import STAGES
 from taskgeom.pipeline.stage import Collect, Stage, param_keys, resolve
 
 PROFILES_DIR = Path("params")
+# The errors a user fixes (each names the file or key), besides ParamsError and FileNotFoundError:
+# one line and exit status 2. Each is looked up once its module is loaded (none was raised before),
+# so a command or stage that needs no torch never loads it.
+USER_ERRORS = {"taskgeom.artifacts.checkpoints": "CheckpointError", "taskgeom.data.hdf5": "StoreError",
+               "taskgeom.finite": "NonFiniteError"}
+
+
+def user_error(exc: Exception) -> bool:
+    """Whether ``exc`` is one of the errors a user fixes (``USER_ERRORS``)."""
+    loaded = tuple(getattr(sys.modules[m], name) for m, name in USER_ERRORS.items() if m in sys.modules)
+    return isinstance(exc, (config.ParamsError, FileNotFoundError, *loaded))
 
 
 def missing_inputs(inputs: dict) -> list[str]:
@@ -183,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (config.ParamsError, FileNotFoundError, StoreError, CheckpointError, NonFiniteError) as exc:
+    except Exception as exc:
+        if not user_error(exc):
+            raise
         print(f"taskgeom: error: {exc}", file=sys.stderr)
         return 2
 

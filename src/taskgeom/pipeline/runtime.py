@@ -54,8 +54,8 @@ def use_threads(declared: int) -> int:
     ``threads``, or ``--set-threads``); DVC exports nothing, and torch would then take every core.
     Training and reductions depend on the thread count in their last bits, so without this
     ``dvc repro`` and Snakemake would write different bytes on any machine whose core count is
-    not the declared one. torch reads the variables only when it loads, and the CLI's imports
-    (safetensors' torch API among them) have loaded it already, so its pool is set as well."""
+    not the declared one. torch reads the variables only when it loads; if it is loaded already,
+    its pool is set as well."""
     threads = int(os.environ.get("OMP_NUM_THREADS") or declared)
     for name in THREAD_VARIABLES:  # read by torch and the BLAS libraries when they load
         os.environ.setdefault(name, str(threads))
@@ -65,9 +65,9 @@ def use_threads(declared: int) -> int:
 
 
 def machine(device: str) -> str:
-    import torch
-
     if device.startswith("cuda"):
+        import torch
+
         return f"{platform.node()} {torch.cuda.get_device_name(torch.device(device))}"
     return f"{platform.node()} {platform.machine()} CPU ×{os.cpu_count()}"
 
