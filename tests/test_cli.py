@@ -93,6 +93,7 @@ def tiny_world(params: Path, seed: int) -> None:
     params.write_text(yaml.safe_dump(p, sort_keys=False))
 
 
+@pytest.mark.slow  # fetch writes a whole tiny world twice
 def test_a_stage_that_fails_leaves_the_last_published_set_untouched(tmp_path: Path, monkeypatch):
     from taskgeom.stages import fetch
 
