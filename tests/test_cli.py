@@ -71,7 +71,7 @@ def test_commands_and_stages_that_need_no_torch_do_not_load_it():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_the_errors_a_user_fixes_are_told_in_one_line_and_others_raise():
+def test_only_the_errors_a_user_fixes_are_told_as_one_line():
     from taskgeom.artifacts.checkpoints import CheckpointError
     from taskgeom.data.hdf5 import StoreError
     from taskgeom.finite import NonFiniteError

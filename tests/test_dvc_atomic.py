@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -66,7 +65,7 @@ def test_a_commit_killed_while_writing_dvc_lock_leaves_the_previous_dvc_lock(tmp
     (root / "copy.txt").write_text("changed\n")  # something new for the next commit to record
     hook = tmp_path / "hook"
     hook.mkdir()
-    (hook / "sitecustomize.py").write_text(textwrap.dedent(KILL_WHILE_DUMPING))
+    (hook / "sitecustomize.py").write_text(KILL_WHILE_DUMPING)
     monkeypatch.setenv("PYTHONPATH", str(hook))
     with pytest.raises(subprocess.CalledProcessError) as killed:
         commit_to_dvc(["cp params.ok copy.txt"], root)
