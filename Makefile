@@ -14,14 +14,14 @@ venv:
 reproduce: venv
 	snakemake --cores $(CORES)
 
-# The unit tests on one pytest-xdist worker per core (a file's tests on one worker, so its module
-# fixtures are built once), then the end-to-end tests in file order, sharing one smoke run.
+# One pytest-xdist worker per core, a file's tests on one worker (its module fixtures built once,
+# its tests in order), the longest files first (tests/conftest.py); the end-to-end tests share one
+# smoke run.
 UNIT := not pipeline and not slurm
-XDIST := -n $(CORES) --dist loadfile
+XDIST := -n $(CORES) --dist loadfile --no-loadscope-reorder
 
 test: venv lint
-	python -m pytest -q $(XDIST) -m "$(UNIT)" --durations=10
-	python -m pytest -q -m "pipeline or slurm" --durations=20
+	python -m pytest -q $(XDIST) --durations=25
 
 test-fast: venv lint
 	python -m pytest -q $(XDIST) -m "$(UNIT) and not slow"

@@ -11,6 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
+
+from taskgeom.pipeline.config import get
+from taskgeom.pipeline.registry import STAGES
+from taskgeom.pipeline.stage import Stage
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -80,6 +85,10 @@ def repo_copy(tmp_path: Path) -> Path:
     return copy_repo(tmp_path / "repo")
 
 
+# Files holding wall-clock measurements, which differ between any two runs.
+WALL_CLOCK = ("results/prune/speed",)
+
+
 def output_digests(repo: Path) -> dict[str, str]:
     """sha256 of every file the pipeline wrote under data/ and results/, by relative path."""
     return {str(p.relative_to(repo)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -88,14 +97,23 @@ def output_digests(repo: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def smoke_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     """The smoke DAG, run once locally by Snakemake, with the digests of what it wrote beside it.
     Nothing changes it: a test that runs or edits anything works in a copy (``copy_run``, or the
-    fixture ``smoke``)."""
-    repo = copy_repo(tmp_path_factory.mktemp("smoke-run") / "repo")
-    run(["snakemake", "--profile", "profiles/local", "--cores", "2"], repo)
-    (repo.parent / "digests.json").write_text(json.dumps(output_digests(repo)))
-    return repo
+    fixture ``smoke``). Under pytest-xdist the first worker to ask runs it, in the session's
+    shared temporary directory, while the others wait on a file lock (digests.json is written
+    last: a run that failed is run again by the next worker to ask)."""
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent
+    base = shared / "smoke-run"
+    with FileLock(str(shared / "smoke-run.lock")):
+        if not (base / "digests.json").is_file():
+            shutil.rmtree(base, ignore_errors=True)
+            repo = copy_repo(base / "repo")
+            run(["snakemake", "--profile", "profiles/local", "--cores", "2"], repo)
+            (base / "digests.json").write_text(json.dumps(output_digests(repo)))
+    return base / "repo"
 
 
 def copy_run(src: Path, dest: Path, **kw) -> Path:
@@ -123,6 +141,18 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(1)
 
 
+# The longest files first, in this order: pytest-xdist (`make test`: whole files, in collection
+# order, two to each worker at the start) then starts the paper-mini run, which needs no smoke
+# run, beside the first worker's smoke run, and ends on short files rather than on a long one.
+LONGEST_FIRST = ("test_pipeline.py", "test_paper_mini_run.py", "test_slurm.py", "test_crash.py", "test_remotes.py",
+                 "test_dvc_experiments.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
+
+
 def snakemake_jobs(repo: Path) -> dict[str, dict]:
     """Snakemake's jobs for a run from scratch, by shell command: rule, inputs, outputs."""
     out = run(["snakemake", "-n", "--forceall", "--printshellcmds"], repo).stdout
@@ -139,6 +169,17 @@ def snakemake_jobs(repo: Path) -> dict[str, dict]:
             jobs[line.removeprefix("Shell command: ")] = job
             job = {}
     return jobs
+
+
+def one_item_per_stage(params: dict) -> list[tuple[Stage, str | None]]:
+    """Every registry stage once, with its first item (``None`` for a stage without one), in
+    the registry's order, which both DAGs can run in: the fewest jobs that run every stage's
+    code. (Both front ends run the same command for every item: test_front_ends.)"""
+    return [(s, None if s.foreach is None else next(iter(get(params, s.foreach)))) for s in STAGES]
+
+
+def dvc_name(stage: Stage, item: str | None) -> str:
+    return stage.name if item is None else f"{stage.name}@{item}"
 
 
 def dvc_stages(repo: Path) -> dict[str, dict]:

@@ -17,12 +17,13 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-from conftest import dvc_stages, run, run_together, tool_env
+from conftest import WALL_CLOCK, copy_run, dvc_name, dvc_stages, one_item_per_stage, run, run_together, tool_env
 
 import taskgeom
 from taskgeom.artifacts import provenance
 from taskgeom.artifacts.tables import read_table
 from taskgeom.evaluate.findings import CLAIMS, FAILS, HOLDS, MIXED
+from taskgeom.pipeline.stage import fill
 
 pytestmark = pytest.mark.pipeline
 
@@ -67,12 +68,14 @@ def test_snakemake_run_leaves_the_tables_and_nothing_to_do(smoke: Path):
 
 
 def test_dvc_repro_reproduces_snakemake_byte_for_byte_and_is_clean(smoke: Path):
-    before = {rel: (smoke / rel).read_bytes() for rel in TABLES}
-    weights = (smoke / "data/zoo/tiny-dpt/model.safetensors").read_bytes()
-    run(["dvc", "repro", "--force"], smoke)  # every stage again: the Snakemake run is recorded already
+    """Every stage once (its first item), forced alone under DVC, writes the bytes that
+    Snakemake's run wrote, and leaves DVC with nothing to do."""
+    jobs = one_item_per_stage(SMOKE)
+    outs = [fill(t, s, item, SMOKE) for s, item in jobs for t in s.outs.values()]
+    before = {rel: (smoke / rel).read_bytes() for rel in outs if not rel.startswith(WALL_CLOCK)}
+    run(["dvc", "repro", "--force", "--single-item", *(dvc_name(s, item) for s, item in jobs)], smoke)
     for rel, content in before.items():
         assert (smoke / rel).read_bytes() == content, f"{rel} differs between two runs with the same seeds"
-    assert (smoke / "data/zoo/tiny-dpt/model.safetensors").read_bytes() == weights
     status = run(["dvc", "status", "--json"], smoke)
     assert json.loads(status.stdout) == {}
 
@@ -175,40 +178,33 @@ def test_each_parameter_key_reruns_the_same_stages_in_both_front_ends(smoke: Pat
         params_path.write_text(original)
 
 
-def test_changing_one_model_reruns_only_it_and_its_dependents(smoke: Path):
-    params_path = smoke / "params.yaml"
-    original = params_path.read_text()
-    stamp = {p: p.stat().st_mtime_ns for p in [smoke / "data/world/train.h5", smoke / "results/zoo/tiny-dpt.json"]}
-    params = yaml.safe_load(original)
-    params["zoo"]["tiny-cls"]["steps"] += 2
-    params_path.write_text(yaml.safe_dump(params, sort_keys=False))
-    try:
-        out = run(["dvc", "repro"], smoke).stdout
-        assert "Running stage 'zoo@tiny-cls'" in out and "Running stage 'fetch'" not in out
-        assert all(p.stat().st_mtime_ns == t for p, t in stamp.items())
-        assert json.loads(run(["dvc", "status", "--json"], smoke).stdout) == {}
-    finally:
-        params_path.write_text(original)
-        run(["dvc", "repro"], smoke)
+def test_changing_one_model_reruns_only_it_and_its_dependents(smoke_run: Path, tmp_path: Path):
+    repo = copy_run(smoke_run, tmp_path / "repo")
+    stamp = {p: p.stat().st_mtime_ns for p in [repo / "data/world/train.h5", repo / "results/zoo/tiny-dpt.json"]}
+    edit_params(repo, lambda p: p["zoo"]["tiny-cls"].update(steps=p["zoo"]["tiny-cls"]["steps"] + 2))
+    out = run(["dvc", "repro"], repo).stdout
+    assert "Running stage 'zoo@tiny-cls'" in out and "Running stage 'fetch'" not in out
+    assert all(p.stat().st_mtime_ns == t for p, t in stamp.items())
+    assert json.loads(run(["dvc", "status", "--json"], repo).stdout) == {}
 
 
-def test_a_head_hyperparameter_reruns_just_its_dependents_under_dvc_then_snakemake_has_nothing_to_do(smoke: Path):
-    run(["dvc", "repro"], smoke)  # DVC's lock in step with the Snakemake run (a no-op after the tests above)
-    params_path = smoke / "params.yaml"
-    original = params_path.read_text()
-    params = yaml.safe_load(original)
-    params["learn"]["heads"]["dpt-block-norm"]["width"] = 8
-    params_path.write_text(yaml.safe_dump(params, sort_keys=False))
-    try:
-        out = run(["dvc", "repro"], smoke).stdout
-        ran = set(re.findall(r"Running stage '([^']+)'", out))
-        assert ran == {"check-params", "head@dpt-block-norm", "metric-tables", "findings", "report"}, ran
-        assert json.loads(run(["dvc", "status", "--json"], smoke).stdout) == {}
-        dry = run(["snakemake", "-n"], smoke)  # Snakemake takes DVC's state (pipeline/sync.py)
-        assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-4000:]
-    finally:
-        params_path.write_text(original)
-        run(["dvc", "repro"], smoke)
+def test_a_head_hyperparameter_reruns_just_its_dependents_under_dvc_then_snakemake_has_nothing_to_do(
+        smoke_run: Path, tmp_path: Path):
+    repo = copy_run(smoke_run, tmp_path / "repo")
+    edit_params(repo, lambda p: p["learn"]["heads"]["dpt-block-norm"].update(width=8))
+    out = run(["dvc", "repro"], repo).stdout
+    ran = set(re.findall(r"Running stage '([^']+)'", out))
+    assert ran == {"check-params", "head@dpt-block-norm", "metric-tables", "findings", "report"}, ran
+    assert json.loads(run(["dvc", "status", "--json"], repo).stdout) == {}
+    dry = run(["snakemake", "-n"], repo)  # Snakemake takes DVC's state (pipeline/sync.py)
+    assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-4000:]
+
+
+def edit_params(repo: Path, change) -> None:
+    """Apply ``change`` to the parsed params.yaml of ``repo`` and write it back."""
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    change(params)
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
 def test_invalid_params_fail_before_any_work_and_keep_outputs_and_logs(smoke: Path):

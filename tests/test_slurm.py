@@ -18,12 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 from cluster import PARTITION, SYSTEM_CONF, Cluster, clear_stale_link, missing_programs, slurm_cluster
-from conftest import REPO, copy_repo, output_digests, tool_env
+from conftest import REPO, WALL_CLOCK, copy_repo, output_digests, tool_env
 
 pytestmark = pytest.mark.slurm
 
-# Files holding wall-clock measurements, which differ between any two runs.
-WALL_CLOCK = ("results/prune/speed",)
 # Snakemake ignores SIGTERM while it waits on jobs: a run past this is killed outright.
 RUN_LIMIT_S = 900
 
