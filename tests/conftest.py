@@ -154,7 +154,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def snakemake_jobs(repo: Path) -> dict[str, dict]:
-    """Snakemake's jobs for a run from scratch, by shell command: rule, inputs, outputs."""
+    """Snakemake's jobs for a run from scratch, by shell command: rule, inputs, outputs, benchmark."""
     out = run(["snakemake", "-n", "--forceall", "--printshellcmds"], repo).stdout
     jobs: dict[str, dict] = {}
     job: dict = {}
@@ -165,6 +165,8 @@ def snakemake_jobs(repo: Path) -> dict[str, dict]:
             job["inputs"] = set(line.removeprefix("    input: ").split(", "))
         elif line.startswith("    output: ") and job:
             job["outputs"] = set(line.removeprefix("    output: ").split(", "))
+        elif line.startswith("    benchmark: ") and job:
+            job["benchmark"] = line.removeprefix("    benchmark: ")
         elif line.startswith("Shell command: ") and job and job["rule"] != "all":
             jobs[line.removeprefix("Shell command: ")] = job
             job = {}

@@ -1,6 +1,6 @@
-"""The smoke DAG on a real one-node SLURM cluster (tests/cluster.py) through Snakemake's
-SLURM executor and profiles/slurm gives the bytes of a local run; a failing job fails the
-run, with its log, within a bound.
+"""Every rule of the smoke DAG, on a real one-node SLURM cluster (tests/cluster.py) through
+Snakemake's SLURM executor and profiles/slurm, gives the bytes of a local run; a failing job
+fails the run, with its log, within a bound.
 
 Needs root and Debian's slurmctld, slurmd, slurm-client and munge (envs/setup-slurm.sh).
 Without them the tests skip, unless TASKGEOM_REQUIRE_SLURM=1 (as in CI) makes that a failure.
@@ -8,6 +8,7 @@ Without them the tests skip, unless TASKGEOM_REQUIRE_SLURM=1 (as in CI) makes th
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -18,7 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 from cluster import PARTITION, SYSTEM_CONF, Cluster, clear_stale_link, missing_programs, slurm_cluster
-from conftest import REPO, WALL_CLOCK, copy_repo, output_digests, tool_env
+from conftest import REPO, WALL_CLOCK, copy_run, output_digests, snakemake_jobs, tool_env
+
+from taskgeom.pipeline.registry import STAGES
 
 pytestmark = pytest.mark.slurm
 
@@ -114,18 +117,52 @@ def report(repo: Path, out: str, err: str, cluster: Cluster) -> str:
     return "\n".join(parts)
 
 
-def test_smoke_dag_through_slurm_gives_the_bytes_of_a_local_run(cluster: Cluster, smoke_digests: dict,
-                                                                 tmp_path: Path):
-    repo = copy_repo(tmp_path / "repo")
+def every_rule_cheaply(repo: Path) -> tuple[list[str], list[str], int]:
+    """In ``repo``, where the smoke DAG has run: fetch's outputs, then one output of each job of a
+    set that holds every other rule, for two ``snakemake --force`` runs; and how many jobs the
+    second runs. Snakemake also runs every job on a path between two forced ones (its input is
+    updated by another job), so the set is the choice of one job per rule, over all choices,
+    that runs the fewest seconds with those, timed by the run's own benchmarks. Fetch, upstream
+    of every job, goes alone first; the second run then ignores its outputs' new times."""
+    jobs = list(snakemake_jobs(repo).values())
+    made_by = {out: i for i, job in enumerate(jobs) for out in job["outputs"]}
+    parents = [{made_by[f] for f in job["inputs"] if f in made_by} for job in jobs]
+    above: list[set[int]] = []  # each job and every job upstream of it
+    for i in range(len(jobs)):  # jobs in a dry run's order: a job after the jobs it reads
+        above.append({i}.union(*(above[p] for p in parents[i])))
+    seconds = [float((repo / job["benchmark"]).read_text().splitlines()[-1].split("\t")[0]) for job in jobs]
+    by_rule: dict[str, list[int]] = {}
+    for i, job in enumerate(jobs):
+        by_rule.setdefault(job["rule"], []).append(i)
+    (fetch,) = by_rule.pop("fetch")
+
+    def runs(forced: tuple[int, ...]) -> set[int]:
+        return {j for j in range(len(jobs)) if any(f in above[j] for f in forced)
+                and any(j in above[g] for g in forced)}
+
+    forced = min(itertools.product(*by_rule.values()), key=lambda f: sum(seconds[j] for j in runs(f)))
+    first = lambda i: sorted(jobs[i]["outputs"])[0]
+    return sorted(jobs[fetch]["outputs"]), [first(i) for i in forced], len(runs(forced))
+
+
+def test_every_rule_through_slurm_gives_the_bytes_of_a_local_run(cluster: Cluster, smoke_run: Path,
+                                                                smoke_digests: dict, tmp_path: Path):
+    """Every rule of the smoke DAG runs as a SLURM job and writes the bytes of the local run."""
+    repo = copy_run(smoke_run, tmp_path / "repo")
     profile = cluster_profile(tmp_path / "profile")
+    world, targets, count = every_rule_cheaply(repo)
     start = time.monotonic()
-    proc = run_bounded(["snakemake", "--profile", str(profile)], repo, cluster)
+    submitted = 0
+    for extra in (world, ["--rerun-triggers", "code", "params", "--", *targets]):
+        proc = run_bounded(["snakemake", "--profile", str(profile), "--force", *extra], repo, cluster)
+        assert proc.returncode == 0, report(repo, proc.stdout, proc.stderr, cluster)
+        submitted += proc.stderr.count("has been submitted with SLURM jobid")
     took = time.monotonic() - start
-    assert proc.returncode == 0, report(repo, proc.stdout, proc.stderr, cluster)
-    jobs = list((repo / ".snakemake/slurm_logs").rglob("*.log"))
-    submitted = proc.stderr.count("has been submitted with SLURM jobid")
-    assert submitted == len(jobs) > 20, (submitted, len(jobs))  # every job went through sbatch
-    print(f"\nsmoke DAG through SLURM: {submitted} jobs in {took:.0f} s")
+    logs = list((repo / ".snakemake/slurm_logs").rglob("*.log"))
+    rules = {log.relative_to(repo / ".snakemake/slurm_logs").parts[0].removeprefix("rule_") for log in logs}
+    assert submitted == len(logs) == 1 + count, (submitted, len(logs), count)  # every job went through sbatch
+    assert rules == {s.name.replace("-", "_") for s in STAGES if not s.dvc_only}, rules
+    print(f"\nevery rule through SLURM: {submitted} jobs in {took:.0f} s")
     compared = lambda digests: {k: v for k, v in digests.items() if not k.startswith(WALL_CLOCK)}
     ours, local = compared(output_digests(repo)), compared(smoke_digests)
     assert ours.keys() == local.keys()
