@@ -15,13 +15,13 @@ reproduce: venv
 	snakemake --cores $(CORES)
 
 # One pytest-xdist worker per core, a file's tests on one worker (its module fixtures built once,
-# its tests in order), the longest files first (tests/conftest.py); the end-to-end tests share one
-# smoke run.
+# its tests in order). `make test` hands out the longest files first (tests/conftest.py) and the
+# end-to-end tests share one smoke run; `make test-fast` leaves xdist's order (most tests first).
 UNIT := not pipeline and not slurm
-XDIST := -n $(CORES) --dist loadfile --no-loadscope-reorder
+XDIST := -n $(CORES) --dist loadfile
 
 test: venv lint
-	python -m pytest -q $(XDIST) --durations=25
+	python -m pytest -q $(XDIST) --no-loadscope-reorder --durations=25
 
 test-fast: venv lint
 	python -m pytest -q $(XDIST) -m "$(UNIT) and not slow"
