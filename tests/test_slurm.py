@@ -8,6 +8,7 @@ Without them the tests skip, unless TASKGEOM_REQUIRE_SLURM=1 (as in CI) makes th
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import signal
@@ -128,9 +129,12 @@ def every_rule_cheaply(repo: Path) -> tuple[list[str], list[str], int]:
     jobs = list(snakemake_jobs(repo).values())
     made_by = {out: i for i, job in enumerate(jobs) for out in job["outputs"]}
     parents = [{made_by[f] for f in job["inputs"] if f in made_by} for job in jobs]
-    above: list[set[int]] = []  # each job and every job upstream of it
-    for i in range(len(jobs)):  # jobs in a dry run's order: a job after the jobs it reads
-        above.append({i}.union(*(above[p] for p in parents[i])))
+
+    @functools.cache
+    def upstream(i: int) -> frozenset[int]:  # the job and every job upstream of it
+        return frozenset({i}.union(*(upstream(p) for p in parents[i])))
+
+    above = [upstream(i) for i in range(len(jobs))]
     seconds = [float((repo / job["benchmark"]).read_text().splitlines()[-1].split("\t")[0]) for job in jobs]
     by_rule: dict[str, list[int]] = {}
     for i, job in enumerate(jobs):
