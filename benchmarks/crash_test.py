@@ -77,7 +77,7 @@ def seconds(repo: Path, stage: Stage, item: str | None) -> float:
 def command(front_end: str, stage: Stage, item: str | None, outputs: dict[str, Path], repo: Path,
             rerun: bool) -> list[str]:
     if front_end == "dvc":
-        return ["dvc", "repro", "--force", "-s", f"{stage.name}@{item}" if item else stage.name]
+        return ["dvc", "repro", "--force", "-s", stage.address(item)]
     first = str(next(iter(outputs.values())).relative_to(repo))
     return ["snakemake", "--cores", "1", "--force", *(["--rerun-incomplete"] if rerun else []), first]
 

@@ -180,10 +180,6 @@ def one_item_per_stage(params: dict) -> list[tuple[Stage, str | None]]:
     return [(s, None if s.foreach is None else next(iter(get(params, s.foreach)))) for s in STAGES]
 
 
-def dvc_name(stage: Stage, item: str | None) -> str:
-    return stage.name if item is None else f"{stage.name}@{item}"
-
-
 def dvc_stages(repo: Path) -> dict[str, dict]:
     """DVC's stages (foreach expanded), by command: name, deps, outs, params keys."""
     code = (

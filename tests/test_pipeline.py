@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-from conftest import WALL_CLOCK, copy_run, dvc_name, dvc_stages, one_item_per_stage, run, run_together, tool_env
+from conftest import WALL_CLOCK, copy_run, dvc_stages, one_item_per_stage, run, run_together, tool_env
 
 import taskgeom
 from taskgeom.artifacts import provenance
@@ -73,7 +73,7 @@ def test_dvc_repro_reproduces_snakemake_byte_for_byte_and_is_clean(smoke: Path):
     jobs = one_item_per_stage(SMOKE)
     outs = [fill(t, s, item, SMOKE) for s, item in jobs for t in s.outs.values()]
     before = {rel: (smoke / rel).read_bytes() for rel in outs if not rel.startswith(WALL_CLOCK)}
-    run(["dvc", "repro", "--force", "--single-item", *(dvc_name(s, item) for s, item in jobs)], smoke)
+    run(["dvc", "repro", "--force", "--single-item", *(s.address(item) for s, item in jobs)], smoke)
     for rel, content in before.items():
         assert (smoke / rel).read_bytes() == content, f"{rel} differs between two runs with the same seeds"
     status = run(["dvc", "status", "--json"], smoke)

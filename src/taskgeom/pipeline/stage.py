@@ -107,6 +107,10 @@ class Stage:
     def benchmark(self) -> str:
         return self.log.replace("logs/", "logs/benchmarks/", 1).removesuffix(".log") + ".tsv"
 
+    def address(self, item: str | None) -> str:
+        """DVC's name of one instance: ``zoo@tiny-cls``, or ``fetch`` for a stage without items."""
+        return f"{self.name}@{item}" if item else self.name
+
     def command(self, wildcard_value: str | None = None, log: str | None = None) -> str:
         """The shell command, with the wildcard written as ``wildcard_value`` (a template string is fine).
 

@@ -186,9 +186,8 @@ def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
     stale = {name.split(":")[-1] for name in json.loads(status.stdout or "{}")}
     followed = []
     for stage, value in instances(params):
-        address = f"{stage.name}@{value}" if value else stage.name
         inputs, outputs = resolve(stage, params, value)
-        if address in stale or not all((root / o).exists() for o in outputs.values()):
+        if stage.address(value) in stale or not all((root / o).exists() for o in outputs.values()):
             continue
         input_files = sorted(str(p) for v in inputs.values() for p in (v if isinstance(v, list) else [v]))
         input_files = sorted([*input_files, *stage.code])
@@ -199,7 +198,7 @@ def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
         benchmark = root / stage.benchmark.replace(f"{{{stage.wildcard}}}", value or "")
         if benchmark.is_file():  # Snakemake counts a job's benchmark among its outputs' times
             after(benchmark, newest)
-        followed.append(address)
+        followed.append(stage.address(value))
     mark_followed(root)
     return followed
 
