@@ -7,8 +7,9 @@ between leaves a truncated dvc.lock, and every later ``dvc`` command and Snakema
 "'./dvc.lock' validation failed". Here each such dump is rendered to a string first and written
 through ``atomic_path``: a kill at any moment leaves either the previous file or the new one.
 
-The DVC command the Snakefile's ``onsuccess`` runs (``sync.commit_to_dvc``) goes through this
-module; a ``dvc repro`` the user starts is DVC's own process and writes as DVC does.
+The commit the Snakefile's ``onsuccess`` runs (``sync.commit_to_dvc``, through ``dvc_commit``)
+writes through this module; a ``dvc repro`` the user starts is DVC's own process and writes as
+DVC does.
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ the outputs enter DVC's cache), with ``check-params``, which every DVC stage dep
 its own command (its output is replaced atomically, never deleted as ``dvc repro`` would) and
 committed too. The commit waits until no ``dvc repro`` is inside a stage (``dvc_in_a_stage``).
 DVC's commit rewrites the files it caches, which would make every output look newer than
-Snakemake recorded, so each output's modification time is put back afterwards. DVC's own commit
-truncates dvc.lock before writing it; this one replaces it atomically (``dvc_atomic``), so a run
-killed during its ``onsuccess`` leaves the previous dvc.lock.
+Snakemake recorded, so each output's modification time is put back afterwards. The commit
+(``dvc_commit``) writes dvc.lock once for all its stages, where ``dvc commit`` rewrites it per
+target, and atomically (``dvc_atomic``), where DVC truncates it first, so a run killed during
+its ``onsuccess`` leaves the previous dvc.lock.
 
 **DVC to Snakemake** (``follow_dvc``, when the Snakefile is read). Snakemake decides from its own
 records (``.snakemake/metadata``: the parameters, inputs, input checksums and command of the job
@@ -155,8 +156,7 @@ def commit_to_dvc(commands: Iterable[str], root: Path = Path(".")) -> list[str]:
     if targets:  # none commits every stage, check-params included
         targets = [CHECK_PARAMS, *targets]
     try:
-        subprocess.run([sys.executable, "-m", "taskgeom.pipeline.dvc_atomic", "--wait-for-lock", "commit", "--force",
-                        "--quiet", *targets], **quiet)
+        subprocess.run([sys.executable, "-m", "taskgeom.pipeline.dvc_commit", *targets], **quiet)
     finally:
         for f, st in stamps.items():
             if f.exists():
