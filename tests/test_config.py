@@ -24,6 +24,11 @@ def test_every_profile_is_valid(profile: str):
     config.load(REPO / "params" / f"{profile}.yaml")
 
 
+def test_the_c_parser_reads_every_profile_and_the_schema_as_safe_load_does():
+    for path in [*sorted((REPO / "params").glob("*.yaml")), config.SCHEMA_PATH]:
+        assert config.parse_yaml(path.read_text()) == yaml.safe_load(path.read_text()), path
+
+
 def test_params_yaml_is_the_default_profile():
     assert (REPO / "params.yaml").read_text() == (REPO / "params" / "default.yaml").read_text()
 

@@ -12,6 +12,14 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 SCHEMA_PATH = Path(__file__).parents[1] / "params.schema.yaml"
+# libyaml's parser where PyYAML was built with it: the same documents as yaml.safe_load, parsed in
+# C (the schema and a params file are read by every stage command and every Snakemake call)
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parse_yaml(text: str) -> Any:
+    """``yaml.safe_load(text)``, through ``SAFE_LOADER``."""
+    return yaml.load(text, Loader=SAFE_LOADER)
 
 
 class ParamsError(ValueError):
@@ -20,7 +28,7 @@ class ParamsError(ValueError):
 
 @cache
 def schema() -> dict:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    return parse_yaml(SCHEMA_PATH.read_text())
 
 
 def key_of(error: ValidationError) -> str:
@@ -223,7 +231,7 @@ def load(path: str | Path = "params.yaml") -> dict:
     if not path.is_file():
         raise ParamsError(f"{path}: no such parameters file")
     try:
-        params = yaml.safe_load(path.read_text())
+        params = parse_yaml(path.read_text())
     except yaml.YAMLError as exc:
         raise ParamsError(f"{path}: not valid YAML: {exc}") from None
     return validate(params, str(path))
