@@ -13,7 +13,7 @@ from typing import Any
 
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from torch import Tensor
+from torch import Tensor, nn
 
 from taskgeom.artifacts.atomic import atomic_path, write_json
 from taskgeom.artifacts.provenance import KEY as PROVENANCE
@@ -42,6 +42,14 @@ def write(state: dict[str, Tensor], config: dict[str, Any], weights: Path, confi
         save_file(state, str(tmp), metadata={PROVENANCE: encode(provenance)})
         digest = file_sha256(tmp)
     write_json(config_path, {**config, WEIGHTS_SHA256: digest, PROVENANCE: provenance})
+
+
+def save_module(module: nn.Module, architecture: dict, weights: Path, config_path: Path, provenance: dict,
+                metadata: dict | None = None) -> None:
+    """A module's weights, and its ``architecture`` (what rebuilds it) with ``metadata`` as the
+    config (``write``): what ``models.zoo.load`` reads back."""
+    state = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}
+    write(state, {"architecture": architecture, **(metadata or {})}, weights, config_path, provenance)
 
 
 def read_config(config_path: Path, rerun: str) -> dict[str, Any]:

@@ -32,6 +32,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from torch import Tensor
@@ -41,7 +42,9 @@ from taskgeom.finite import require_finite
 from taskgeom.linalg.operator import JacobianOperator
 from taskgeom.linalg.sketch import exact_sketch, randomized_svd_path, token_energy
 from taskgeom.linalg.trace import rademacher
-from taskgeom.probes import Probe
+
+if TYPE_CHECKING:  # the readers of a cache (head, spn) need no model code, and timm takes seconds to load
+    from taskgeom.probes import Probe
 
 KIND = "targets"
 SPLITS = ("train", "val", "test")

@@ -49,12 +49,7 @@ def architecture(params_entry: dict, img_size: int) -> dict:
     return {k: v for k, v in {**params_entry, "img_size": img_size}.items() if k in ARCH_KEYS}
 
 
-def save(model: nn.Module, config: dict, weights: Path, config_path: Path, provenance: dict,
-         metadata: dict | None = None) -> None:
-    """Weights as safetensors and the architecture + ``metadata`` as JSON, with the weights' digest
-    (``artifacts.checkpoints``), both atomically, both recording ``provenance``."""
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    checkpoints.write(state, {"architecture": config, **(metadata or {})}, weights, config_path, provenance)
+save = checkpoints.save_module  # weights and architecture, as ``load`` reads them
 
 
 def load(weights: str | Path, config_path: str | Path, device: str = "cpu") -> nn.Module:

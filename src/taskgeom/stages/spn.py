@@ -16,13 +16,13 @@ import torch
 
 from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
+from taskgeom.artifacts.checkpoints import save_module
 from taskgeom.artifacts.tables import write_table
 from taskgeom.evaluate.stats import summarize
 from taskgeom.finite import check_metrics
 from taskgeom.metric.fit import fit, predict
 from taskgeom.metric.spn import SpectralPullbackNetwork, spn_loss, subspace_alignment_batch
 from taskgeom.metric.targets import TargetFile
-from taskgeom.models import zoo
 from taskgeom.models.host import param_count
 from taskgeom.pipeline.runtime import StageContext
 
@@ -83,9 +83,9 @@ def run(ctx: StageContext) -> None:
             ctx.log.info("%s seed %d %s: V1 %.3f (untrained %.3f), %.1f s, reader wait %.1f%%", name, seed, source,
                          v1.mean(), floor, curve.total_s, 100 * curve.wait_fraction)
             if not saved and source == f"q{ctx.params['learn']['targets']['power_iters']}":
-                zoo.save(model, {"kind": "spn", "tokens": train.tokens, "dim": train.dim, "rank": train.r,
-                                 "width": cfg["width"], "depth": cfg["depth"], "heads": cfg["heads"]},
-                         ctx.outputs["weights"], ctx.outputs["config"], ctx.provenance())
+                save_module(model, {"kind": "spn", "tokens": train.tokens, "dim": train.dim, "rank": train.r,
+                                    "width": cfg["width"], "depth": cfg["depth"], "heads": cfg["heads"]},
+                            ctx.outputs["weights"], ctx.outputs["config"], ctx.provenance())
                 saved = True
     frame = pd.DataFrame(rows)
     summary = {s: summarize(g["v1"].tolist(), boot["resamples"], boot["level"], boot["seed"]).as_dict()
