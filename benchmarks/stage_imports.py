@@ -5,7 +5,7 @@ DAG of J jobs pays J interpreter starts and import sets. For each runner module
 ``taskgeom.stages.<name>`` and for the libraries that dominate them (torch; timm, which imports
 torchvision, whose ops import ``torch._dynamo``; scipy.stats), this times ``python -c "import M"``
 in a fresh interpreter, the candidates interleaved, --repeats times each, and reports the
-median and the range. Set the threads as the stages do (OMP_NUM_THREADS=1) before running it.
+median and the range. The interpreters run on one thread (OMP_NUM_THREADS=1), as stages do by default.
 
     python benchmarks/stage_imports.py [--repeats 3] [--out results/benchmarks]
 
@@ -15,6 +15,7 @@ Writes <out>/stage_imports.{csv,md}.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -30,7 +31,7 @@ LIBRARIES = {"python": "pass", "torch": "import torch", "torch, timm": "import t
 
 def seconds(code: str) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return time.perf_counter() - start
 
 
