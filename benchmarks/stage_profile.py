@@ -1,9 +1,9 @@
 """Where a run's time goes, stage by stage: Snakemake's ``benchmark:`` records of every job,
-and for each, the shares of a stack sampler's samples by category (imports, HDF5 and checkpoint
+and for each, the shares of its sampled time by category (imports, HDF5 and checkpoint
 I/O, figures, rendering, JVP / VJP / backward, optimizer, statistics, forward, other).
 
 The sampler is ``benchmarks/stage_profile/sitecustomize.py``: with that folder on PYTHONPATH and
-``TASKGEOM_PROFILE`` set, every ``taskgeom <stage>`` process samples its own main thread and
+``TASKGEOM_PROFILE`` set, every ``taskgeom <stage>`` process samples its own main thread's stack and
 writes ``logs/profile/<stage>~<item>.<pid>.json`` when it ends. ``--run`` starts the run that
 way (``snakemake --cores N --keep-going`` in RUN_DIR, on whatever params.yaml holds there);
 without it, the records already in RUN_DIR are summarised.
@@ -12,7 +12,7 @@ without it, the records already in RUN_DIR are summarised.
 
 Writes <out>/<name>_profile.csv (a row per job: wall and CPU seconds, peak RSS, each category's
 share) and <out>/<name>_profile.md (jobs by wall time, each category's seconds as its share of
-the job's wall time, totals per category, and the package frames where most samples fell).
+the job's wall time, totals per category, and the package frames where most time went).
 """
 
 from __future__ import annotations
@@ -56,18 +56,20 @@ def benchmarks(run_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def profiles(run_dir: Path) -> tuple[pd.DataFrame, Counter]:
-    """Category shares per job from the newest sample file of each, and the samples per package frame, summed."""
+def profiles(run_dir: Path) -> tuple[pd.DataFrame, Counter, Counter]:
+    """Category shares per job from the newest sample file of each, and the sampled seconds per
+    package frame and per innermost frame, summed over the jobs."""
     newest: dict[str, Path] = {}
     for path in sorted((run_dir / "logs" / "profile").glob("*.json"), key=lambda p: p.stat().st_mtime):
         newest[path.name.rsplit(".", 2)[0]] = path
-    rows, frames = [], Counter()
+    rows, frames, leaves = [], Counter(), Counter()
     for job, path in newest.items():
         rec = json.loads(path.read_text())
         total = sum(rec["categories"].values()) or 1
-        rows.append({"job": job, "samples": total, **{c: rec["categories"].get(c, 0) / total for c in COLUMNS}})
+        rows.append({"job": job, "sampled_s": total, **{c: rec["categories"].get(c, 0) / total for c in COLUMNS}})
         frames.update(rec["frames"])
-    return pd.DataFrame(rows), frames
+        leaves.update(rec.get("leaves", {}))
+    return pd.DataFrame(rows), frames, leaves
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = args.run_dir.resolve()
     elapsed = run(run_dir, args.cores) if args.run else None
     jobs = benchmarks(run_dir)
-    shares, frames = profiles(run_dir)
+    shares, frames, leaves = profiles(run_dir)
     if jobs.empty:
         raise SystemExit(f"{run_dir}/logs/benchmarks: no benchmark records; run the DAG there first")
     table = jobs.merge(shares, on="job", how="left").sort_values("wall_s", ascending=False)
@@ -92,21 +94,22 @@ def main(argv: list[str] | None = None) -> int:
     for c in COLUMNS:
         seconds[c] = (table[c] * table["wall_s"]).round(1)
     seconds["wall_s"] = seconds["wall_s"].round(1)
-    sampled = table["samples"].notna()
+    sampled = table["sampled_s"].notna()
     totals = seconds[sampled][COLUMNS].sum()
     stage = seconds.assign(stage=seconds["job"].str.split("~").str[0]).groupby("stage")["wall_s"].agg(["sum", "count"])
-    top = pd.DataFrame(frames.most_common(25), columns=["category | innermost package frame", "samples"])
+    top = pd.DataFrame(frames.most_common(25), columns=["category | innermost package frame", "s"])
+    inner = pd.DataFrame(leaves.most_common(25), columns=["innermost frame", "s"])
     head = (f"{len(table)} jobs, {int(sampled.sum())} of them sampled; the jobs' wall time adds to "
             f"{table['wall_s'].sum():.0f} s" + (f"; the run took {elapsed:.0f} s" if elapsed else "") +
             f". {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores.")
     (args.out / f"{args.name}_profile.md").write_text(
         f"# Where the {args.name.replace('_', ' ')}'s time goes\n\n{head}\n\n"
         "Seconds per category: the job's wall time (Snakemake's `benchmark:`) times the category's share "
-        "of its stack samples (`benchmarks/stage_profile/sitecustomize.py`).\n\n"
+        "of its sampled time (`benchmarks/stage_profile/sitecustomize.py`).\n\n"
         f"{seconds.to_markdown(index=False)}\n\n## Totals over the sampled jobs (s)\n\n"
         f"{totals.round(0).to_frame('s').to_markdown()}\n\n## Wall time per stage (s)\n\n"
         f"{stage.sort_values('sum', ascending=False).round(0).to_markdown()}\n\n"
-        f"## Where the samples fell\n\n{top.to_markdown(index=False)}\n")
+        f"## Where the time went\n\n{top.to_markdown(index=False)}\n\n{inner.to_markdown(index=False)}\n")
     print(seconds.head(25).to_string(index=False))
     return 0
 

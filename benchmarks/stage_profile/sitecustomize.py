@@ -1,14 +1,17 @@
-"""A stack sampler for stage commands, loaded by Python at start-up when this folder is on
-PYTHONPATH (``benchmarks/stage_profile.py`` puts it there) and ``TASKGEOM_PROFILE`` names a folder.
+"""A sampler for stage commands, loaded by Python at start-up when this folder is on PYTHONPATH
+(``benchmarks/stage_profile.py`` puts it there) and ``TASKGEOM_PROFILE`` names a folder.
 
-In a ``taskgeom <stage>`` process only, a daemon thread reads the main thread's stack every
-``TASKGEOM_PROFILE_INTERVAL`` seconds (default 0.01) and files the sample under the first
-category of ``CATEGORIES`` that any frame of the stack matches (``other`` when none does), and
-under the innermost frame of the package's modules. At exit it writes
+In a ``taskgeom <stage>`` process only, a wall-clock timer (SIGALRM, every
+``TASKGEOM_PROFILE_INTERVAL`` seconds, default 0.01) interrupts the main thread, which files the
+seconds since the previous sample under the first category of ``CATEGORIES`` that any frame of
+its own stack matches (``other`` when none does), under the innermost frame of the package's
+modules, and under its innermost frame. Python runs the handler between bytecodes, so a long
+operator of torch or h5py is charged whole, to the frame that called it, when it returns. The
+stack is walked by the thread that owns it: walking another thread's frames from a sampling
+thread crashed CPython 3.11 inside a stage. At exit it writes
 ``$TASKGEOM_PROFILE/<log name>.<pid>.json`` (the ``--log`` path below ``logs/``, ``/`` as ``~``):
-wall seconds from interpreter start, samples per category and per package frame.
-
-torch's operators release the GIL while they run, so a sample lands inside them rather than after.
+wall seconds from interpreter start and seconds per category, per package frame and per
+innermost frame.
 """
 
 from __future__ import annotations
@@ -46,38 +49,42 @@ def _name(argv: list[str]) -> str:
 def _start(folder: str, interval: float) -> None:
     import atexit
     import json
-    import threading
+    import signal
     import time
 
-    start, main = time.perf_counter(), threading.main_thread().ident
-    categories: dict[str, int] = {}
-    frames: dict[str, int] = {}
-    stop = threading.Event()
+    start = last = time.perf_counter()
+    categories: dict[str, float] = {}
+    frames: dict[str, float] = {}
+    leaves: dict[str, float] = {}
 
-    def sample() -> None:
-        while not stop.wait(interval):
-            frame = sys._current_frames().get(main)
-            modules, inner = [], None
-            while frame is not None:
-                module = frame.f_globals.get("__name__") or ""
-                modules.append(module)
-                if inner is None and module.startswith(PACKAGE):
-                    inner = f"{module}:{frame.f_code.co_name}"
-                frame = frame.f_back
-            cat = _category(modules)
-            categories[cat] = categories.get(cat, 0) + 1
-            key = f"{cat} | {inner or '-'}"
-            frames[key] = frames.get(key, 0) + 1
+    def sample(signum, frame) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        seconds, last = now - last, now
+        modules, inner = [], None
+        leaf = f"{frame.f_globals.get('__name__')}:{frame.f_code.co_name}" if frame is not None else "-"
+        while frame is not None:
+            module = frame.f_globals.get("__name__") or ""
+            modules.append(module)
+            if inner is None and module.startswith(PACKAGE):
+                inner = f"{module}:{frame.f_code.co_name}"
+            frame = frame.f_back
+        cat = _category(modules)
+        categories[cat] = categories.get(cat, 0.0) + seconds
+        key = f"{cat} | {inner or '-'}"
+        frames[key] = frames.get(key, 0.0) + seconds
+        leaves[leaf] = leaves.get(leaf, 0.0) + seconds
 
     def write() -> None:
-        stop.set()
+        signal.setitimer(signal.ITIMER_REAL, 0)
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"{_name(sys.argv)}.{os.getpid()}.json")
         with open(path, "w") as fh:
             json.dump({"argv": sys.argv, "wall_s": time.perf_counter() - start, "interval_s": interval,
-                       "categories": categories, "frames": frames}, fh, indent=1)
+                       "categories": categories, "frames": frames, "leaves": leaves}, fh, indent=1)
 
-    threading.Thread(target=sample, name="stage-profile", daemon=True).start()
+    signal.signal(signal.SIGALRM, sample)
+    signal.setitimer(signal.ITIMER_REAL, interval, interval)
     atexit.register(write)
 
 
