@@ -56,9 +56,10 @@ def benchmarks(run_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def profiles(run_dir: Path) -> tuple[pd.DataFrame, Counter, Counter]:
-    """Category shares per job from the newest sample file of each, and the sampled seconds per
-    package frame and per innermost frame, summed over the jobs."""
+def profiles(run_dir: Path, wall: dict[str, float]) -> tuple[pd.DataFrame, Counter, Counter]:
+    """Category shares per job from the newest sample file of each; and the seconds per package
+    frame and per innermost frame, each frame's share of its job's sampled time times the job's
+    ``wall`` seconds, summed over the jobs."""
     newest: dict[str, Path] = {}
     for path in sorted((run_dir / "logs" / "profile").glob("*.json"), key=lambda p: p.stat().st_mtime):
         newest[path.name.rsplit(".", 2)[0]] = path
@@ -67,8 +68,9 @@ def profiles(run_dir: Path) -> tuple[pd.DataFrame, Counter, Counter]:
         rec = json.loads(path.read_text())
         total = sum(rec["categories"].values()) or 1
         rows.append({"job": job, "sampled_s": total, **{c: rec["categories"].get(c, 0) / total for c in COLUMNS}})
-        frames.update(rec["frames"])
-        leaves.update(rec.get("leaves", {}))
+        scale = wall.get(job, 0.0) / total
+        frames.update({k: v * scale for k, v in rec["frames"].items()})
+        leaves.update({k: v * scale for k, v in rec.get("leaves", {}).items()})
     return pd.DataFrame(rows), frames, leaves
 
 
@@ -83,9 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = args.run_dir.resolve()
     elapsed = run(run_dir, args.cores) if args.run else None
     jobs = benchmarks(run_dir)
-    shares, frames, leaves = profiles(run_dir)
     if jobs.empty:
         raise SystemExit(f"{run_dir}/logs/benchmarks: no benchmark records; run the DAG there first")
+    shares, frames, leaves = profiles(run_dir, dict(zip(jobs["job"], jobs["wall_s"])))
     table = jobs.merge(shares, on="job", how="left").sort_values("wall_s", ascending=False)
     args.out.mkdir(parents=True, exist_ok=True)
     table.round(4).to_csv(args.out / f"{args.name}_profile.csv", index=False)
@@ -97,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     sampled = table["sampled_s"].notna()
     totals = seconds[sampled][COLUMNS].sum()
     stage = seconds.assign(stage=seconds["job"].str.split("~").str[0]).groupby("stage")["wall_s"].agg(["sum", "count"])
-    top = pd.DataFrame(frames.most_common(25), columns=["category | innermost package frame", "s"])
-    inner = pd.DataFrame(leaves.most_common(25), columns=["innermost frame", "s"])
+    top = pd.DataFrame(frames.most_common(25), columns=["category | innermost package frame", "s"]).round(0)
+    inner = pd.DataFrame(leaves.most_common(25), columns=["innermost frame", "s"]).round(0)
     head = (f"{len(table)} jobs, {int(sampled.sum())} of them sampled; the jobs' wall time adds to "
             f"{table['wall_s'].sum():.0f} s" + (f"; the run took {elapsed:.0f} s" if elapsed else "") +
             f". {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores.")
