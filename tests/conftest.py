@@ -22,10 +22,14 @@ BIN = Path(sys.executable).parent
 
 
 def tool_env() -> dict[str, str]:
-    """The environment a pipeline command runs in: this venv's tools first on PATH."""
+    """The environment a pipeline command runs in: this venv's tools first on PATH, and OpenMP
+    threads that sleep when they wait. The suite runs two DAGs at once (one per pytest-xdist
+    worker, each on every core), so a stage on two threads (prune-speed) shares its cores with
+    other jobs, and threads that spin at each barrier burn the time its partner is descheduled."""
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONPATH", None)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     return env
 
 
