@@ -14,19 +14,17 @@ venv:
 reproduce: venv
 	snakemake --cores $(CORES)
 
-# pytest-xdist workers, a file's tests on one worker (its module fixtures built once, its tests in
-# order). `make test` hands out the longest files first (tests/conftest.py), the end-to-end tests
-# share one smoke run, and one worker more than there are cores takes up the time the others spend
-# waiting (on SLURM's polls, on DVC running one stage at a time); `make test-fast`, all computing,
-# has one worker per core and leaves xdist's order (most tests first).
+# One pytest-xdist worker per core, a file's tests on one worker (its module fixtures built once,
+# its tests in order). `make test` hands out the longest files first (tests/conftest.py) and the
+# end-to-end tests share one smoke run; `make test-fast` leaves xdist's order (most tests first).
 UNIT := not pipeline and not slurm
-XDIST := --dist loadfile
+XDIST := -n $(CORES) --dist loadfile
 
 test: venv lint
-	python -m pytest -q -n $$(( $(CORES) + 1 )) $(XDIST) --no-loadscope-reorder --durations=25
+	python -m pytest -q $(XDIST) --no-loadscope-reorder --durations=25
 
 test-fast: venv lint
-	python -m pytest -q -n $(CORES) $(XDIST) -m "$(UNIT) and not slow"
+	python -m pytest -q $(XDIST) -m "$(UNIT) and not slow"
 
 lint: venv
 	ruff check .
