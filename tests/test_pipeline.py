@@ -24,6 +24,7 @@ from taskgeom.artifacts import provenance
 from taskgeom.artifacts.tables import read_table
 from taskgeom.evaluate.findings import CLAIMS, FAILS, HOLDS, MIXED
 from taskgeom.pipeline.stage import fill
+from taskgeom.stages.zoo import CHECKPOINT_EVERY
 
 pytestmark = pytest.mark.pipeline
 
@@ -286,9 +287,11 @@ def interrupt_and_resume(repo: Path) -> None:
 
 def test_killed_stages_leave_no_half_written_file_and_resume_to_the_same_result(repo_copy: Path, tmp_path: Path):
     params = yaml.safe_load((repo_copy / "params.yaml").read_text())
-    params["world"]["splits"]["train"] = 600
+    # fetch is killed once its staged train split passes 200 kB (its first chunks of 8 scenes), the
+    # zoo model at its first checkpoint: each with most of its work still to do
+    params["world"]["splits"]["train"] = 200
     params["world"]["chunk"] = 8
-    params["zoo"]["tiny-dpt"]["steps"] = 250
+    params["zoo"]["tiny-dpt"]["steps"] = CHECKPOINT_EVERY + 50
     (repo_copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     reference = tmp_path / "reference"
     shutil.copytree(repo_copy, reference)
