@@ -1,0 +1,89 @@
+"""Where the test loop's time goes: ``make test`` (or another command) with a plugin that records
+each test's wall time and CPU seconds (``benchmarks/suite_cost/suite_cost_plugin.py``), then the
+tests and files ranked by CPU, each worker's busy time, and the run's wall and CPU totals.
+
+On two cores a suite cannot finish in less than its CPU seconds over two, whatever the order of
+its tests; the per-test CPU says which tests that floor is made of.
+
+    python benchmarks/suite_cost.py [--command "make test"] [--out results/benchmarks]
+    python benchmarks/suite_cost.py --records FILE.jsonl     # summarise a run already recorded
+
+Writes <out>/suite_cost.{csv,md}. CPU is what the worker's process tree used (SLURM jobs, which
+the cluster's daemons start, are left out), so the SLURM tests show mostly their waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+PLUGIN = Path(__file__).resolve().parent / "suite_cost"
+
+
+def record(command: str, records: Path) -> dict[str, float]:
+    """Run ``command`` with the plugin loaded in every pytest process; its wall and CPU seconds."""
+    addopts = os.environ.get("PYTEST_ADDOPTS", "")
+    env = {**os.environ, "TASKGEOM_SUITE_COST": str(records),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGIN), os.environ.get("PYTHONPATH")])),
+           "PYTEST_ADDOPTS": addopts if "suite_cost_plugin" in addopts else f"{addopts} -p suite_cost_plugin".strip()}
+    start = time.monotonic()
+    subprocess.run(shlex.split(command), env=env, check=True)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"wall_s": time.monotonic() - start, "cpu_s": usage.ru_utime + usage.ru_stime}
+
+
+def summarise(records: Path, totals: dict[str, float] | None, out: Path, label: str) -> pd.DataFrame:
+    """The per-test table (CPU first) and a Markdown summary of it, written under ``out``."""
+    tests = pd.DataFrame([json.loads(line) for line in records.read_text().splitlines() if line.strip()])
+    tests["cpu_s"] = tests["cpu_own_s"] + tests["cpu_children_s"]
+    tests["file"] = tests["test"].str.split("::").str[0]
+    tests["start_s"] = tests["start"] - tests["start"].min()
+    tests = tests.sort_values("cpu_s", ascending=False).drop(columns="start")
+    out.mkdir(parents=True, exist_ok=True)
+    tests.round(1).to_csv(out / "suite_cost.csv", index=False)
+    files = tests.groupby("file")[["wall_s", "cpu_s"]].sum().sort_values("cpu_s", ascending=False)
+    workers = tests.groupby("worker").agg(tests=("test", "size"), busy_s=("wall_s", "sum"), cpu_s=("cpu_s", "sum"))
+    cpu = tests["cpu_s"].sum()
+    lines = [f"# The test loop's cost\n\n`{label}`, {time.strftime('%Y-%m-%d')}; {len(tests)} tests. "
+             f"Their CPU adds to {cpu:.0f} s: on two cores no order of the tests finishes in under "
+             f"{cpu / 2:.0f} s."]
+    if totals:
+        lines.append(f"The command took {totals['wall_s']:.0f} s wall and {totals['cpu_s']:.0f} CPU-s "
+                     f"(collection, lint and what no test recorded included).")
+    lines += ["\n## Tests over 10 CPU-s\n", tests[tests.cpu_s > 10][["test", "worker", "start_s", "wall_s", "cpu_s"]]
+              .round(1).to_markdown(index=False), "\n## Files\n", files.round(1).to_markdown(),
+              "\n## Workers\n", workers.round(1).to_markdown()]
+    (out / "suite_cost.md").write_text("\n".join(lines) + "\n")
+    return tests
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--command", default="make test")
+    ap.add_argument("--records", type=Path, help="summarise this file of records instead of running")
+    ap.add_argument("--out", type=Path, default=Path("results/benchmarks"))
+    args = ap.parse_args(argv)
+    if args.records:
+        tests = summarise(args.records, None, args.out, args.command)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            records = Path(tmp) / "tests.jsonl"
+            totals = record(args.command, records)
+            tests = summarise(records, totals, args.out, args.command)
+        print(f"{args.command}: {totals['wall_s']:.0f} s wall, {totals['cpu_s']:.0f} CPU-s")
+    print(tests.head(15)[["test", "wall_s", "cpu_s"]].round(1).to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
