@@ -33,13 +33,14 @@ if [[ ! -x .venv/bin/python || "$(cat .venv/.shared 2>/dev/null)" != "$shared" ]
   "$python" -m venv --without-pip .venv
   local_site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "import site; site.addsitedir('$site')" > "$local_site/00-taskgeom-shared.pth"
-  for tool in snakemake dvc pytest; do
-    printf '#!/bin/sh\nexec "$(dirname "$0")/python" -m %s "$@"\n' "$tool" > ".venv/bin/$tool"
-    chmod +x ".venv/bin/$tool"
-  done
   ln -s "$shared/bin/ruff" .venv/bin/ruff  # a binary; `python -m ruff` would look for it here
   echo "$shared" > .venv/.shared
 fi
+# the launchers, rewritten each time; `dvc` writes its YAML files atomically (pipeline/dvc_atomic.py)
+for tool in snakemake:snakemake dvc:taskgeom.pipeline.dvc_atomic pytest:pytest; do
+  printf '#!/bin/sh\nexec "$(dirname "$0")/python" -m %s "$@"\n' "${tool#*:}" > ".venv/bin/${tool%%:*}"
+  chmod +x ".venv/bin/${tool%%:*}"
+done
 if [[ ! -x .venv/bin/taskgeom ]]; then
   .venv/bin/python -m pip install -qq --no-deps --no-build-isolation -e .
 fi

@@ -77,3 +77,22 @@ def test_a_commit_killed_while_writing_dvc_lock_leaves_the_previous_dvc_lock(tmp
     assert (root / "dvc.lock").read_bytes() != before
     assert yaml.safe_load((root / "dvc.lock").read_text())["stages"]["copy"]["outs"][0]["size"] == len("changed\n")
     assert not leftovers(root / "dvc.lock")
+
+
+def test_the_environments_dvc_killed_while_writing_dvc_lock_leaves_the_previous_dvc_lock(tmp_path, monkeypatch):
+    """``dvc repro`` as a user runs it (the launcher envs/setup-venv.sh writes)."""
+    root = dvc_repository(tmp_path / "repository")
+    dvc = [str(Path(sys.executable).with_name("dvc")), "repro", "--quiet"]
+    subprocess.run(dvc, cwd=root, check=True)
+    before = (root / "dvc.lock").read_bytes()
+    (root / "params.ok").write_text("changed\n")
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(KILL_WHILE_DUMPING)
+    monkeypatch.setenv("PYTHONPATH", str(hook))
+    assert subprocess.run(dvc, cwd=root).returncode == -9
+    assert (root / "dvc.lock").read_bytes() == before
+    monkeypatch.delenv("PYTHONPATH")
+    subprocess.run(dvc, cwd=root, check=True)  # and the next run reads it and records its own
+    assert set(yaml.safe_load((root / "dvc.lock").read_text())["stages"]) == {"check-params", "copy"}
+    assert not leftovers(root / "dvc.lock")

@@ -8,7 +8,8 @@ between leaves a truncated dvc.lock, and every later ``dvc`` command and Snakema
 through ``atomic_path``: a kill at any moment leaves either the previous file or the new one.
 
 The commit the Snakefile's ``onsuccess`` runs (``sync.commit_to_dvc``, through ``dvc_commit``)
-writes through this module; a ``dvc repro`` the user starts is DVC's own process and writes as
+writes through this module, and so does every ``dvc`` command of the project's environment: its
+``dvc`` launcher runs this module (``envs/setup-venv.sh``). A DVC installed elsewhere writes as
 DVC does.
 """
 
