@@ -31,15 +31,16 @@ PLUGIN = Path(__file__).resolve().parent / "suite_cost"
 
 
 def record(command: str, records: Path) -> dict[str, float]:
-    """Run ``command`` with the plugin loaded in every pytest process; its wall and CPU seconds."""
+    """Run ``command`` with the plugin loaded in every pytest process; its wall and CPU seconds
+    and its exit status (a run with failures is summarised too)."""
     addopts = os.environ.get("PYTEST_ADDOPTS", "")
     env = {**os.environ, "TASKGEOM_SUITE_COST": str(records),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGIN), os.environ.get("PYTHONPATH")])),
            "PYTEST_ADDOPTS": addopts if "suite_cost_plugin" in addopts else f"{addopts} -p suite_cost_plugin".strip()}
     start = time.monotonic()
-    subprocess.run(shlex.split(command), env=env, check=True)
+    returncode = subprocess.run(shlex.split(command), env=env).returncode
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"wall_s": time.monotonic() - start, "cpu_s": usage.ru_utime + usage.ru_stime}
+    return {"wall_s": time.monotonic() - start, "cpu_s": usage.ru_utime + usage.ru_stime, "returncode": returncode}
 
 
 def summarise(records: Path, totals: dict[str, float] | None, out: Path, label: str) -> pd.DataFrame:
@@ -59,7 +60,8 @@ def summarise(records: Path, totals: dict[str, float] | None, out: Path, label: 
              f"{cpu / 2:.0f} s."]
     if totals:
         lines.append(f"The command took {totals['wall_s']:.0f} s wall and {totals['cpu_s']:.0f} CPU-s "
-                     f"(collection, lint and what no test recorded included).")
+                     f"(collection, lint and what no test recorded included); exit status "
+                     f"{totals['returncode']}.")
     lines += ["\n## Tests over 10 CPU-s\n", tests[tests.cpu_s > 10][["test", "worker", "start_s", "wall_s", "cpu_s"]]
               .round(1).to_markdown(index=False), "\n## Files\n", files.round(1).to_markdown(),
               "\n## Workers\n", workers.round(1).to_markdown()]
@@ -80,9 +82,10 @@ def main(argv: list[str] | None = None) -> int:
             records = Path(tmp) / "tests.jsonl"
             totals = record(args.command, records)
             tests = summarise(records, totals, args.out, args.command)
-        print(f"{args.command}: {totals['wall_s']:.0f} s wall, {totals['cpu_s']:.0f} CPU-s")
+        print(f"{args.command}: {totals['wall_s']:.0f} s wall, {totals['cpu_s']:.0f} CPU-s, "
+              f"exit status {totals['returncode']}")
     print(tests.head(15)[["test", "wall_s", "cpu_s"]].round(1).to_string(index=False))
-    return 0
+    return 0 if args.records else int(totals["returncode"] != 0)
 
 
 if __name__ == "__main__":

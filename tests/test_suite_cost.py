@@ -28,6 +28,7 @@ def test_each_test_is_charged_the_cpu_of_the_commands_it_waited_for(tmp_path: Pa
     busy, idle = lines
     assert busy["cpu_children_s"] >= 0.6 and idle["cpu_children_s"] < 0.1
     assert totals["cpu_s"] >= busy["cpu_children_s"] and totals["wall_s"] >= busy["wall_s"]
+    assert totals["returncode"] == 0
     tests = summarise(records, totals, tmp_path / "out", command)
     assert tests.iloc[0]["test"].endswith("test_busy")
     assert "test_busy.py" in (tmp_path / "out/suite_cost.md").read_text()
