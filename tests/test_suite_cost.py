@@ -27,7 +27,8 @@ def test_each_test_is_charged_the_cpu_of_the_commands_it_waited_for(tmp_path: Pa
     assert [r["test"].split("::")[1] for r in lines] == ["test_busy", "test_idle"]
     busy, idle = lines
     assert busy["cpu_children_s"] >= 0.6 and idle["cpu_children_s"] < 0.1
-    assert totals["cpu_s"] >= busy["cpu_children_s"] and totals["wall_s"] >= busy["wall_s"]
+    assert busy["cpu_children_s"] <= totals["cpu_s"] < busy["cpu_children_s"] + 30  # this run's only
+    assert totals["wall_s"] >= busy["wall_s"]
     assert totals["returncode"] == 0
     tests = summarise(records, totals, tmp_path / "out", command)
     assert tests.iloc[0]["test"].endswith("test_busy")
