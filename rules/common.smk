@@ -77,10 +77,14 @@ def report_outputs(name, outputs):
     return {key: flagged(path) if in_report(path, paths) else path for key, path in outputs.items()}
 
 
+# Ready jobs start longest remaining path first (taskgeom.pipeline.schedule).
+PRIORITIES = priorities(config)
+
+
 def stage_rule(name):
     """The rule of one registry stage, named after it (``zoo-table`` -> ``zoo_table``). A
     function per rule, so each rule's shell command and params close over their own stage."""
-    r = snakemake_rule(name, config)
+    r = snakemake_rule(name, config, PRIORITIES)
 
     rule:
         name:
@@ -96,6 +100,7 @@ def stage_rule(name):
         benchmark:
             r.benchmark
         threads: r.threads
+        priority: r.priority
         resources:
             **r.resources,
         conda:

@@ -158,7 +158,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def snakemake_jobs(repo: Path) -> dict[str, dict]:
-    """Snakemake's jobs for a run from scratch, by shell command: rule, inputs, outputs, benchmark."""
+    """Snakemake's jobs for a run from scratch, by shell command: rule, inputs, outputs, benchmark,
+    wildcards (the line as printed) and priority."""
     out = run(["snakemake", "-n", "--forceall", "--printshellcmds"], repo).stdout
     jobs: dict[str, dict] = {}
     job: dict = {}
@@ -171,6 +172,10 @@ def snakemake_jobs(repo: Path) -> dict[str, dict]:
             job["outputs"] = set(line.removeprefix("    output: ").split(", "))
         elif line.startswith("    benchmark: ") and job:
             job["benchmark"] = line.removeprefix("    benchmark: ")
+        elif line.startswith("    wildcards: ") and job:
+            job["wildcards"] = line.removeprefix("    wildcards: ")
+        elif line.startswith("    priority: ") and job:
+            job["priority"] = int(line.removeprefix("    priority: "))
         elif line.startswith("Shell command: ") and job and job["rule"] != "all":
             jobs[line.removeprefix("Shell command: ")] = job
             job = {}

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
 from taskgeom.pipeline import config
 from taskgeom.pipeline.registry import PARAMS_OK, STAGES
+from taskgeom.pipeline.schedule import job_name
 from taskgeom.pipeline.stage import Collect, Stage, fill, param_keys
 
 DVC_HEADER = "# Generated from src/taskgeom/pipeline/registry.py by `taskgeom dvc-yaml`; do not edit by hand.\n"
@@ -78,9 +81,12 @@ class SnakemakeRule:
     threads: int
     resources: dict
     shell: str
+    priority: Callable[[Any], int]
 
 
-def snakemake_rule(name: str, params: dict) -> SnakemakeRule:
+def snakemake_rule(name: str, params: dict, priorities: Mapping[str, int] | None = None) -> SnakemakeRule:
+    """The rule of stage ``name``; its jobs' priorities from ``priorities`` (``schedule.priorities``,
+    by ``schedule.job_name``), 0 for a job it lacks."""
     from taskgeom.pipeline.registry import stage as lookup
 
     s = lookup(name)
@@ -103,5 +109,9 @@ def snakemake_rule(name: str, params: dict) -> SnakemakeRule:
     resources = {"mem_mb": s.mem_mb, "runtime": s.runtime}
     if s.gpu and params["device"] != "cpu":  # a scheduler may place it on a GPU node
         resources["gpu"] = 1
+    def priority(wildcards) -> int:
+        return (priorities or {}).get(job_name(s.name, getattr(wildcards, s.wildcard) if s.wildcard else None), 0)
+
     command = s.command(f"{{wildcards.{s.wildcard}}}", "{log}") if s.wildcard else s.command(log="{log}")
-    return SnakemakeRule(inputs, dict(s.outs), {"values": values}, s.log, s.benchmark, s.threads, resources, command)
+    return SnakemakeRule(inputs, dict(s.outs), {"values": values}, s.log, s.benchmark, s.threads, resources, command,
+                         priority)

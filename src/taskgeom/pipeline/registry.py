@@ -20,6 +20,8 @@ which stops Snakemake before it builds its DAG, so Snakemake has no such rule.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from taskgeom.pipeline import paths
 from taskgeom.pipeline.config import get
 from taskgeom.pipeline.paths import ALL_SOURCES, SOURCE_INDEX, headline, plot_data, reads, source_params
@@ -379,13 +381,13 @@ def stage(name: str) -> Stage:
         raise KeyError(f"no stage {name!r}; stages: {', '.join(BY_NAME)}") from None
 
 
+def instances(params: dict) -> Iterator[tuple[Stage, str | None]]:
+    """Every Snakemake stage instance of ``params``, in the registry's (topological) order."""
+    for stage in STAGES:
+        if not stage.dvc_only:
+            yield from ((stage, v) for v in (get(params, stage.foreach) if stage.foreach else [None]))
+
+
 def final_outputs(params: dict) -> list[str]:
     """Every output of every Snakemake stage, wildcards expanded from ``params`` (its `all`)."""
-    paths = []
-    for s in STAGES:
-        if s.dvc_only:
-            continue
-        values = get(params, s.foreach) if s.foreach else [None]
-        for v in values:
-            paths += [fill(p, s, v) for p in s.outs.values()]
-    return paths
+    return [fill(p, s, v) for s, v in instances(params) for p in s.outs.values()]

@@ -35,14 +35,14 @@ import subprocess
 import sys
 import time
 from base64 import urlsafe_b64encode
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from hashlib import sha256
 from pathlib import Path
 
 from taskgeom.artifacts.atomic import atomic_path, leftovers
-from taskgeom.pipeline.config import get, select
+from taskgeom.pipeline.config import select
 from taskgeom.pipeline.dag import snakemake_rule
-from taskgeom.pipeline.registry import STAGES
+from taskgeom.pipeline.registry import instances
 from taskgeom.pipeline.stage import Stage, param_keys, resolve
 
 CHECK_PARAMS = "check-params"
@@ -201,13 +201,6 @@ def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
         followed.append(stage.address(value))
     mark_followed(root)
     return followed
-
-
-def instances(params: dict) -> Iterator[tuple[Stage, str | None]]:
-    """Every Snakemake stage instance of ``params``, in the registry's (topological) order."""
-    for stage in STAGES:
-        if not stage.dvc_only:
-            yield from ((stage, v) for v in (get(params, stage.foreach) if stage.foreach else [None]))
 
 
 def after(path: Path, newest: int) -> None:

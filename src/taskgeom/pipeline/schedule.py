@@ -1,0 +1,100 @@
+"""Which ready job Snakemake starts first: critical-path priorities.
+
+Snakemake starts, among the jobs whose inputs exist, those of highest ``priority``, and breaks ties
+by the size of their inputs. With every priority equal the order follows file sizes, and a long
+chain (zoo training, the targets of the first pruning head, that head, dense pruning) can start
+late and run alone at the end while the other core idles. Each job's priority here is its
+*bottom level*: the expected seconds of the longest path from the job's start to the end of the
+DAG, itself included (highest-level-first list scheduling; Adam, Chandy & Dickson 1974). The order
+of jobs never changes what they write.
+
+Expected seconds are the wall times that a recorded run of the default profile measured per job
+(``COSTS``, the ``job`` and ``wall_s`` columns of ``benchmarks/default_run_profile.py``'s table);
+a job it lacks costs the mean of its stage's recorded jobs, or ``DEFAULT_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+
+from taskgeom.pipeline.registry import instances
+from taskgeom.pipeline.stage import resolve
+
+COSTS = Path("results/benchmarks/default_run_profile.csv")
+DEFAULT_SECONDS = 1.0
+
+
+def job_name(stage: str, value: str | None) -> str:
+    """A job as the profile names it: ``zoo~tiny-trunk``, or ``fetch``."""
+    return f"{stage}~{value}" if value else stage
+
+
+@cache
+def recorded_seconds(path: Path = COSTS) -> dict[str, float]:
+    """job name -> wall seconds from a profile table; empty when there is none."""
+    if not path.is_file():
+        return {}
+    with path.open(newline="") as f:
+        return {row["job"]: float(row["wall_s"]) for row in csv.DictReader(f)}
+
+
+def expected_seconds(jobs: list[str], recorded: Mapping[str, float]) -> dict[str, float]:
+    """Each job's recorded seconds, else the mean over its stage's recorded jobs, else DEFAULT_SECONDS."""
+    by_stage: dict[str, list[float]] = {}
+    for name, s in recorded.items():
+        by_stage.setdefault(name.split("~")[0], []).append(s)
+    out = {}
+    for job in jobs:
+        stage_times = by_stage.get(job.split("~")[0])
+        out[job] = recorded.get(job, sum(stage_times) / len(stage_times) if stage_times else DEFAULT_SECONDS)
+    return out
+
+
+def job_graph(params: dict) -> dict[str, set[str]]:
+    """job -> the jobs that read one of its outputs: the path itself, a file under an output
+    directory, or an output under an input directory."""
+    ios = {job_name(s.name, v): resolve(s, params, v) for s, v in instances(params)}
+    makers: dict[Path, set[str]] = {}   # an output, and every directory above it -> the jobs writing there
+    exact: dict[Path, set[str]] = {}
+    for job, (_, outs) in ios.items():
+        for out in map(Path, outs.values()):
+            exact.setdefault(out, set()).add(job)
+            for d in (out, *out.parents):
+                makers.setdefault(d, set()).add(job)
+    readers: dict[str, set[str]] = {job: set() for job in ios}
+    for job, (ins, _) in ios.items():
+        for entry in ins.values():
+            for path in map(Path, entry if isinstance(entry, list) else [entry]):
+                found = makers.get(path, set()).union(*(exact.get(d, set()) for d in path.parents))
+                for maker in found - {job}:
+                    readers[maker].add(job)
+    return readers
+
+
+def bottom_levels(readers: Mapping[str, set[str]], seconds: Mapping[str, float]) -> dict[str, float]:
+    """Seconds of the longest path from each job's start to the end of the DAG, the job included.
+
+    Args:
+        readers: job -> the jobs that depend on it directly (acyclic).
+        seconds: job -> its expected seconds.
+    """
+    levels: dict[str, float] = {}
+
+    def level(job: str) -> float:
+        if job not in levels:
+            levels[job] = seconds[job] + max((level(r) for r in readers[job]), default=0.0)
+        return levels[job]
+
+    for job in readers:
+        level(job)
+    return levels
+
+
+def priorities(params: dict, costs: Path = COSTS) -> dict[str, int]:
+    """job name -> its Snakemake priority, the bottom level in whole seconds."""
+    readers = job_graph(params)
+    levels = bottom_levels(readers, expected_seconds(list(readers), recorded_seconds(costs)))
+    return {job: round(s) for job, s in levels.items()}
