@@ -1,4 +1,4 @@
-"""diagnose (matrix-free) against diagnose_exact (dense SVD) in float64, at the defaults
+"""diagnose (matrix-free) against diagnose_exact (the dense spectrum) in float64, at the defaults
 r = 20, num_probes = 100, power_iters = 2, on planted spectra and on small zoo probes."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import torch
 
 from taskgeom.diagnostics import Diagnosis, diagnose, diagnose_exact
 from taskgeom.linalg import subspace_alignment
+from taskgeom.linalg.dense import GRAM_FLOOR
 
 DT = torch.float64
 M, N, D = 200, 20, 20
@@ -86,7 +87,7 @@ def test_diagnose_matches_exact_on_planted_spectra(name, nonlinear):
     # a flat spectrum has no distinguished top-20 subspace: its CV depends on an arbitrary basis
     assert_matches(d, e, decaying=not flat, check_cv=not flat)
     if not flat:  # the modes themselves, within J's rank (beyond it any basis of the null space is right)
-        k = int((e.sigma > 1e-8 * e.sigma[0]).sum())
+        k = int((e.sigma > GRAM_FLOOR * e.sigma[0]).sum())   # the reference's floor (linalg.gram_spectrum)
         assert subspace_alignment(e.modes.reshape(N * D, -1)[:, :k], d.modes.reshape(N * D, -1)[:, :k]) > 0.95
 
 

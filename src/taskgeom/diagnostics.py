@@ -60,7 +60,7 @@ import torch
 from torch import Tensor
 
 from taskgeom.linalg.deflate import project_out
-from taskgeom.linalg.dense import dense_jacobian
+from taskgeom.linalg.dense import dense_jacobian, gram_spectrum
 from taskgeom.linalg.lanczos import Quadrature, entropy_from_traces, lanczos_quadrature, smaller_side, xlogx
 from taskgeom.linalg.operator import JacobianOperator
 from taskgeom.linalg.ritz_density import ritz_density
@@ -126,7 +126,8 @@ def _summaries(sigma: Tensor, V: Tensor, frob2: float, N: int, D: int) -> dict:
 
 
 def diagnose_exact(f: Callable[[Tensor], Tensor], F: Tensor, r: int = 20) -> Diagnosis:
-    """The diagnostic from the dense Jacobian (M, N·D) and its full SVD — the reference.
+    """The diagnostic from the dense Jacobian (M, N·D) and its full spectrum — the reference
+    (``linalg.gram_spectrum``: every singular value, the top-r right singular vectors).
 
     erank, r_0.90 and ‖J‖_F² use the full spectrum; κ_cap, the modes, e_t and CV the top r.
 
@@ -140,14 +141,14 @@ def diagnose_exact(f: Callable[[Tensor], Tensor], F: Tensor, r: int = 20) -> Dia
     """
     N, D = F.shape
     J = dense_jacobian(f, F)
-    _, S, Vh = torch.linalg.svd(J, full_matrices=False)
-    r = min(r, S.numel())
+    r = min(r, *J.shape)
+    S, V = gram_spectrum(J, r)
     lam = S.pow(2)
     frob2 = float(lam.sum())
     p = lam / frob2 if frob2 > 0 else lam
     erank = math.exp(-float(xlogx(p).sum())) if frob2 > 0 else 0.0
     full_curve = torch.cumsum(lam, 0) / frob2 if frob2 > 0 else torch.ones_like(lam)
-    out = _summaries(S[:r], Vh[:r].T, frob2, N, D)
+    out = _summaries(S[:r], V, frob2, N, D)
     return Diagnosis(frob2=frob2, erank=erank, r90=first_reaching(full_curve, R90_LEVEL) or S.numel(),
                      products=J.shape[0], vjps=J.shape[0], exact=True, r90_source="exact",
                      budget={"dense": J.shape[0]}, **out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from taskgeom.linalg import JacobianOperator, dense_jacobian, exact_spectrum
+from taskgeom.linalg import JacobianOperator, dense_jacobian, exact_spectrum, gram_spectrum
 
 DT = torch.float64
 
@@ -87,3 +87,25 @@ def test_exact_spectrum_is_the_svd():
     assert torch.all(sigma[:-1] >= sigma[1:])
     torch.testing.assert_close(V.T @ V, torch.eye(12, dtype=DT), rtol=0, atol=1e-12)
     torch.testing.assert_close(torch.linalg.norm(J @ V, dim=0), sigma, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape, rank", [((12, 30), 12), ((30, 12), 12), ((40, 90), 5), ((90, 40), 5)])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_gram_spectrum_is_the_svd(shape, rank, dtype):
+    """Wide and tall, full rank and rank 5 (r = 8 asks for modes past the rank: the SVD fallback):
+    every singular value and the top-r subspace of the SVD, to the Gram's float64 rounding."""
+    g = torch.Generator().manual_seed(0)
+    J = (torch.randn(shape[0], rank, generator=g, dtype=DT) @ torch.randn(rank, shape[1], generator=g, dtype=DT)
+         * torch.logspace(0, -3, shape[1], dtype=DT)).to(dtype)
+    r = 8
+    sigma, V = gram_spectrum(J, r)
+    _, S, Vh = torch.linalg.svd(J.to(DT), full_matrices=False)
+    assert sigma.dtype == V.dtype == dtype and sigma.shape == (min(shape),) and V.shape == (shape[1], r)
+    tol = 1e-10 if dtype == DT else 1e-5
+    floor = 2 * (torch.finfo(DT).eps * min(shape)) ** 0.5 if dtype == DT else tol  # the docstring's bound / σ_1
+    torch.testing.assert_close(sigma.to(DT), S, rtol=0, atol=floor * float(S[0]))
+    torch.testing.assert_close(sigma.to(DT) ** 2, S ** 2, rtol=0, atol=tol * float(S[0]) ** 2)
+    k = min(r, rank)
+    torch.testing.assert_close(V.T.to(DT) @ V.to(DT), torch.eye(r, dtype=DT), rtol=0, atol=10 * tol)
+    overlap = torch.linalg.svdvals(Vh[:k] @ V[:, :k].to(DT))   # cosines of the principal angles
+    torch.testing.assert_close(overlap, torch.ones(k, dtype=DT), rtol=0, atol=10 * tol)

@@ -8,7 +8,7 @@ trace     Hutchinson and Hutch++ (Meyer et al. 2021) for tr g = ‖J‖_F², and
 lanczos   stochastic Lanczos quadrature for the effective rank (Ubaru, Chen & Saad 2017)
 ritz_density  g's spectral density by Rayleigh–Ritz on the sketch's basis joined with Lanczos runs
 deflate   (I − QQᵀ) X, the projection every stage deflates by
-dense     the dense Jacobian and its exact SVD, the reference for tests
+dense     the dense Jacobian, its exact SVD (the reference for tests) and the spectrum from its Gram
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "project_out": "deflate",
     "dense_jacobian": "dense",
     "exact_spectrum": "dense",
+    "gram_spectrum": "dense",
     "Quadrature": "lanczos",
     "SLQResult": "lanczos",
     "entropy_from_traces": "lanczos",

@@ -1,5 +1,5 @@
-"""Dense reference: the whole Jacobian and its exact SVD. For tests and small probes only
-(docs/design.md, "Core objects": the operator is never formed except by this reference)."""
+"""Dense reference: the whole Jacobian, its exact SVD, and its spectrum from the Gram of its shorter side. For
+tests and small probes only (docs/design.md, "Core objects": the operator is never formed except by this reference)."""
 
 from __future__ import annotations
 
@@ -43,3 +43,38 @@ def exact_spectrum(f: Callable[[Tensor], Tensor], F: Tensor) -> tuple[Tensor, Te
     J = dense_jacobian(f, F)
     _, sigma, Vh = torch.linalg.svd(J, full_matrices=False)
     return sigma, Vh.T
+
+
+GRAM_FLOOR = 1e-6  # σ_r / σ_1 below which Jᵀu / σ loses the right singular vector to the Gram's rounding
+
+
+def gram_spectrum(J: Tensor, r: int) -> tuple[Tensor, Tensor]:
+    """Every singular value of J and its top-r right singular vectors, from the eigendecomposition
+    of the Gram matrix of J's shorter side, formed and decomposed in float64.
+
+    The SVD of a wide J (M ≪ N·D, a probe reading several layers) costs about 4M²·N·D; the
+    Gram J Jᵀ costs M²·N·D and its eigh O(M³). Then V_r = Jᵀ U_r / σ_r. In float64 a singular
+    value's absolute error is about √(ε₆₄·M)·σ_1 (λ = σ² errs by ε·λ_1), below float32's SVD for
+    float32 Jacobians; the values it blurs hold under ε·M of ‖J‖_F² each. When σ_r ≤ GRAM_FLOOR·σ_1
+    the division cannot recover V_r and the SVD of J gives it instead.
+
+    Args:
+        J: (M, N·D).
+        r: modes returned, at most min(M, N·D).
+
+    Returns:
+        sigma (min(M, N·D),) descending, in J's dtype, and V (N·D, r) orthonormal.
+    """
+    M, n = J.shape
+    Jd = J.to(torch.float64)
+    tall = M >= n
+    lam, E = torch.linalg.eigh(Jd.T @ Jd if tall else Jd @ Jd.T)
+    lam, E = lam.flip(0).clamp(min=0.0), E.flip(1)
+    sigma = lam.sqrt()
+    if tall:
+        V = E[:, :r]
+    elif r and sigma[r - 1] > GRAM_FLOOR * sigma[0]:
+        V = (Jd.T @ E[:, :r]) / sigma[:r]
+    else:
+        V = torch.linalg.svd(Jd, full_matrices=False)[2][:r].T
+    return sigma.to(J.dtype), V.to(J.dtype)
