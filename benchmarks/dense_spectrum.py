@@ -8,7 +8,7 @@ Jacobian once, then the seconds of each decomposition (median of --repeats), and
 differences from what the float64 SVD of the same J gives (the exact spectrum of the float32 J).
 Results: results/benchmarks/dense_spectrum.{csv,md}; the speedups are ratios within this run.
 
-    python benchmarks/dense_spectrum.py [--repeats 3]
+    python benchmarks/dense_spectrum.py [--repeats 3] [--probes NAME ...]
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ def median_seconds(fn, repeats: int):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--probes", nargs="*", help="these probes of diagnose.probes only")
     args = ap.parse_args()
     torch.set_num_threads(1)  # as a stage runs
     params = config.load("params.yaml")
@@ -68,9 +69,11 @@ def main() -> None:
     r = d["estimator"]["r"]
     rows = []
     for name, spec in d["probes"].items():
+        if args.probes and name not in args.probes:
+            continue
         host, weights = host_for(params, spec["model"], "cpu")
         pm = ProbeMap(host, spec["decoder"], spec.get("layers"))
-        probe = pm.at(inputs_for(host, params, 1)[0])
+        probe = pm.at(inputs_for(host, params, 1, name)[0])
         N, D = probe.F.shape
         with torch.no_grad():
             if min(probe.f(probe.F).numel(), N * D) > d["dense"]["max_dim"]:

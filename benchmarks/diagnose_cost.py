@@ -36,6 +36,7 @@ import resource
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from unittest import mock
 
 import numpy as np
@@ -63,10 +64,18 @@ def host_for(params: dict, model: str, device: str):
     return zoo.seeded(0, arch).to(device), "random"
 
 
-def inputs_for(host, params: dict, count: int):
-    world = {"test": Path("data/world/test.h5"), "mv_test": Path("data/world/mv_test.h5")}
-    if all(p.is_file() for p in world.values()):
-        return probe_images(host, world, count, None)
+def inputs_for(host, params: dict, count: int, probe: str):
+    """The first ``count`` items of diagnose probe ``probe``'s source through the host's
+    preprocessing, as its stage reads them, once `taskgeom sources` has written the source;
+    else seeded random inputs of the world's shape."""
+    spec = params["diagnose"]["probes"][probe]
+    source = Path("data/sources") / f"{spec['source']}.json"
+    if source.is_file():
+        root = Path("data/zoo") / spec["model"]
+        entry = (zoo.entry(root / "config.json") if (root / "config.json").is_file()
+                 else zoo.architecture(params["zoo"][spec["model"]], params["world"]["resolution"]))
+        ctx = SimpleNamespace(inputs={"source": source}, params=params, wildcard=probe)
+        return probe_images(ctx, entry, host, count)[0]
     res, views = params["world"]["resolution"], params["world"]["multiview"]["views"]
     shape = (count, views, 3, res, res) if "camera" in host.decoders else (count, 3, res, res)
     return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
@@ -264,7 +273,7 @@ def main() -> int:
             continue
         host, weights = host_for(params, spec["model"], args.device)
         pm = ProbeMap(host, spec["decoder"], spec["layers"], "so3" if spec.get("output_metric") == "so3" else None)
-        rows += measure(name, pm, inputs_for(host, params, args.images), args.dense_max, args.device, weights,
+        rows += measure(name, pm, inputs_for(host, params, args.images, name), args.dense_max, args.device, weights,
                         args.repeats)
     per_image = pd.DataFrame(rows)
     summary = per_image.groupby("probe", sort=False).agg(

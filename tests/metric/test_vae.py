@@ -69,3 +69,23 @@ def test_a_few_steps_lower_the_loss():
         opt.step()
         losses.append(loss.item())
     assert sum(losses[-5:]) < 0.8 * sum(losses[:5]), losses[::10]
+
+
+def test_the_frozen_pass_gives_each_batch_what_the_host_gives_it(monkeypatch):
+    """stages.vae.frozen_pass, computed once (float32, batches of 4 over 10 groups) and per call
+    (a cache budget of 0), against the host run on the batch itself."""
+    from taskgeom.stages import vae as stage
+
+    host, _ = latent_host(torch.float32)
+    host.eval()  # as the stage loads it: the conv stem's batch norm on its running statistics
+    groups = torch.randn(10, 2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    idx = torch.tensor([0, 3, 5, 9])
+    with torch.no_grad():
+        X, ctx = host.features(groups[idx])
+        expected = (X, host.decode_features(X, ctx), ctx)
+    for budget in (stage.FROZEN_CACHE_BYTES, 0):
+        monkeypatch.setattr(stage, "FROZEN_CACHE_BYTES", budget)
+        got = stage.frozen_pass(host, groups, 4, "cpu")(idx)
+        torch.testing.assert_close(got[0], expected[0], rtol=0, atol=1e-6)
+        torch.testing.assert_close(got[1], expected[1], rtol=1e-6, atol=1e-6)
+        assert got[2] == expected[2]

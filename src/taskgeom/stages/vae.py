@@ -1,7 +1,8 @@
 """The ``vae`` stage (paper §6): train the VAE bottleneck on a frozen host's decoder-input
 features, then report what it costs and what it buys.
 
-- Training: features of the training groups (``sources.train``, every item), computed by the frozen host per batch;
+- Training: features of the training groups (``sources.train``, every item) and the frozen decoder's output on
+  them (``frozen_pass``: computed once where they fit in memory, else per batch);
   loss = standardised feature MSE + task_weight · |log depth(X̂) − log depth(X)| + beta · KL.
 - Reconstruction quality of the task output on held-out groups: δ1 and AbsRel of the depth
   decoded from the reconstructed features (posterior mean) against the depth from the original ones.
@@ -15,6 +16,7 @@ The saved checkpoint is a self-contained zoo host of kind ``latent`` (host weigh
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 
 import numpy as np
@@ -82,20 +84,46 @@ def build_vae(ctx: StageContext, cfg: dict, base, train_x: torch.Tensor
     return host, vae, layout, X
 
 
+FROZEN_CACHE_BYTES = 2 << 30  # the frozen pass over every training group is kept when it fits here
+
+
+def frozen_pass(host: LatentHost, train_x: torch.Tensor, batch_size: int, device: str
+                ) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, object]]:
+    """What the frozen host gives a training batch of group indices idx: its decoder-input features
+    X (B, T, D), the frozen decoder's output on them (B, M), and the embedding ctx.
+
+    When every group's X and output fit in FROZEN_CACHE_BYTES they are computed once, in consecutive
+    batches of ``batch_size`` groups (a training batch's size), and indexed: a group's rows depend on
+    that group alone, and a host's ctx on the batch's shape alone (views, token grid, image size),
+    which every training batch shares, so the first batch's serves. Otherwise each call runs the host.
+    """
+    def run(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, object]:
+        with torch.no_grad():
+            Xb, bctx = host.features(images.to(device))
+            return Xb, host.decode_features(Xb, bctx), bctx
+
+    first = run(train_x[:batch_size])
+    per_group = sum(t[0].numel() * t.element_size() for t in first[:2])
+    if per_group * len(train_x) > FROZEN_CACHE_BYTES:
+        return lambda idx: run(train_x[idx])
+    parts = [first] + [run(train_x[i:i + batch_size]) for i in range(batch_size, len(train_x), batch_size)]
+    X, out = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    return lambda idx: (X[idx], out[idx], first[2])
+
+
 def train_vae(ctx: StageContext, cfg: dict, host: LatentHost, vae: FeatureVAE, train_x: torch.Tensor) -> list[dict]:
     """Train the VAE on random batches of training groups; returns the curve (means over each window)."""
+    frozen = frozen_pass(host, train_x, cfg["batch_size"], ctx.device)
     opt = torch.optim.AdamW(vae.parameters(), lr=cfg["lr"], weight_decay=0.01)
     gen = torch.Generator(device=ctx.device).manual_seed(cfg["seed"])
     curve, window, t0 = [], [], time.perf_counter()
     vae.train()
     for step in ctx.progress(range(cfg["steps"]), desc="vae", total=cfg["steps"]):
         rng = np.random.default_rng([cfg["seed"], step])
-        idx = np.sort(rng.choice(len(train_x), size=cfg["batch_size"], replace=False))
-        with torch.no_grad():
-            Xb, bctx = host.features(train_x[idx].to(ctx.device))
-            reference = host.decode_features(Xb, bctx)
+        idx = torch.as_tensor(np.sort(rng.choice(len(train_x), size=cfg["batch_size"], replace=False)))
         for group in opt.param_groups:
             group["lr"] = learning_rate(step, cfg["steps"], cfg["lr"])
+        Xb, reference, bctx = frozen(idx)
         loss, parts = vae_loss(host, Xb, bctx, reference, cfg["beta"], cfg["task_weight"], gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
