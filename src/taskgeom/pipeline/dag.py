@@ -109,6 +109,7 @@ def snakemake_rule(name: str, params: dict, priorities: Mapping[str, int] | None
     resources = {"mem_mb": s.mem_mb, "runtime": s.runtime}
     if s.gpu and params["device"] != "cpu":  # a scheduler may place it on a GPU node
         resources["gpu"] = 1
+
     def priority(wildcards) -> int:
         return (priorities or {}).get(job_name(s.name, getattr(wildcards, s.wildcard) if s.wildcard else None), 0)
 

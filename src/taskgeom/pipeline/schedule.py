@@ -9,7 +9,7 @@ DAG, itself included (highest-level-first list scheduling; Adam, Chandy & Dickso
 of jobs never changes what they write.
 
 Expected seconds are the wall times that a recorded run of the default profile measured per job
-(``COSTS``, the ``job`` and ``wall_s`` columns of ``benchmarks/default_run_profile.py``'s table);
+(``COSTS``, the ``job`` and ``wall_s`` columns that ``benchmarks/stage_profile.py`` writes);
 a job it lacks costs the mean of its stage's recorded jobs, or ``DEFAULT_SECONDS``.
 """
 
