@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 from filelock import FileLock
 
+from taskgeom.pipeline import server
 from taskgeom.pipeline.config import get
 from taskgeom.pipeline.registry import STAGES
 from taskgeom.pipeline.stage import Stage
@@ -21,16 +25,41 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
-def tool_env() -> dict[str, str]:
+def tool_env(warm: bool = True) -> dict[str, str]:
     """The environment a pipeline command runs in: this venv's tools first on PATH, and OpenMP
     threads that sleep when they wait. The suite runs two DAGs at once (one per pytest-xdist
     worker, each on every core), so a stage on two threads (prune-speed) shares its cores with
-    other jobs, and threads that spin at each barrier burn the time its partner is descheduled."""
+    other jobs, and threads that spin at each barrier burn the time its partner is descheduled.
+    ``warm``: ``taskgeom`` commands run in this worker's stage server (pipeline/server.py), not
+    each in a fresh interpreter that imports torch again; the SLURM test runs them cold, and
+    checks they write the same bytes."""
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONPATH", None)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env.pop(server.ENV, None)
+    if warm:
+        env[server.ENV] = stage_server(env)
     return env
+
+
+SERVER: dict[str, str] = {}
+
+
+def stage_server(env: dict[str, str]) -> str:
+    """The socket of this worker's stage server, started at the first call and stopped at exit."""
+    if "socket" not in SERVER:
+        path = Path(tempfile.mkdtemp(prefix="taskgeom-")) / "stage.sock"
+        proc = subprocess.Popen([str(BIN / "taskgeom"), "serve", "--socket", str(path)], env=env,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        atexit.register(lambda: proc.poll() is None and (proc.terminate(), proc.wait()))
+        deadline = time.monotonic() + 300
+        while not path.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the stage server did not start (exit status {proc.poll()})")
+            time.sleep(0.05)
+        SERVER["socket"] = str(path)
+    return SERVER["socket"]
 
 
 TIMEOUT = 1800  # s: a guard against a hung command, not a speed target (a whole smoke DAG on a loaded machine)

@@ -152,7 +152,8 @@ print(json.dumps(out))
 def loaded() -> dict[str, list[str]]:
     """Runner -> the package's modules that importing it loads."""
     proc = subprocess.run([sys.executable, "-c", LOADED_BY_EACH_RUNNER, *sorted({s.runner for s in STAGES})],
-                          env=tool_env() | {"PYTHONPATH": str(SRC)}, capture_output=True, text=True, timeout=300)
+                          env=tool_env(warm=False) | {"PYTHONPATH": str(SRC)}, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.splitlines()[-1])
 

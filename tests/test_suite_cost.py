@@ -13,20 +13,26 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from suite_cost import record, summarise  # noqa: E402
 
 BUSY = "import time\nt = time.process_time()\nwhile time.process_time() - t < {}: pass\n"
+# a process that outlives its test (as the stage server does), after waiting for a busy child
+LIVES_ON = ("import os, sys, time\npid = os.fork()\nif pid == 0:\n    " + BUSY.format(0.6).replace("\n", "\n    ")
+            + "os._exit(0)\nos.waitpid(pid, 0)\nprint('done', flush=True)\ntime.sleep(120)\n")
 
 
 def test_each_test_is_charged_the_cpu_of_the_commands_it_waited_for(tmp_path: Path):
     (tmp_path / "test_busy.py").write_text(
         "import subprocess, sys\n"
         f"def test_busy():\n    subprocess.run([sys.executable, '-c', {BUSY.format(0.6)!r}], check=True)\n"
-        "def test_idle():\n    pass\n")
+        "def test_idle():\n    pass\n"
+        "def test_lives_on():\n    import atexit\n"
+        f"    p = subprocess.Popen([sys.executable, '-c', {LIVES_ON!r}], stdout=subprocess.PIPE)\n"
+        "    atexit.register(p.kill)\n    p.stdout.readline()\n")
     records = tmp_path / "records.jsonl"
     command = f"{sys.executable} -m pytest -q -p no:cacheprovider -p no:hydra_pytest {tmp_path / 'test_busy.py'}"
     totals = record(command, records)
     lines = [json.loads(line) for line in records.read_text().splitlines()]
-    assert [r["test"].split("::")[1] for r in lines] == ["test_busy", "test_idle"]
-    busy, idle = lines
-    assert busy["cpu_children_s"] >= 0.6 and idle["cpu_children_s"] < 0.1
+    assert [r["test"].split("::")[1] for r in lines] == ["test_busy", "test_idle", "test_lives_on"]
+    busy, idle, lives_on = lines  # (a live process's times come in clock ticks: a margin)
+    assert busy["cpu_children_s"] >= 0.6 and idle["cpu_children_s"] < 0.1 and lives_on["cpu_children_s"] >= 0.5
     assert busy["cpu_children_s"] <= totals["cpu_s"] < busy["cpu_children_s"] + 30  # this run's only
     assert totals["wall_s"] >= busy["wall_s"]
     assert totals["returncode"] == 0

@@ -9,13 +9,14 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
 from taskgeom import __version__
-from taskgeom.pipeline import config
+from taskgeom.pipeline import config, server
 from taskgeom.pipeline.lock import stage_lock
 from taskgeom.pipeline.publish import staged_outputs
 from taskgeom.pipeline.registry import STAGES
@@ -177,6 +178,10 @@ def parser() -> argparse.ArgumentParser:
                                                "random-weight mini checkpoints, with a MANIFEST.json.")
     mini.add_argument("dir", metavar="DIR", help="a new or empty directory, or an earlier paper-mini output")
     fx.set_defaults(func=fixtures_command)
+    sv = sub.add_parser("serve", help="Import every stage once and run the taskgeom commands of every process "
+                                      f"whose environment has {server.ENV}=SOCKET (see pipeline/server.py).")
+    sv.add_argument("--socket", required=True, help="the Unix socket to listen on")
+    sv.set_defaults(func=lambda a: server.serve(a.socket, main))
     return p
 
 
@@ -188,6 +193,9 @@ def _io_help(s: Stage) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if (path := os.environ.get(server.ENV)) and argv[:1] != ["serve"]:
+        return server.delegate(path, argv)
     args = parser().parse_args(argv)
     try:
         return args.func(args)
