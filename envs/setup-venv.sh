@@ -36,11 +36,12 @@ if [[ ! -x .venv/bin/python || "$(cat .venv/.shared 2>/dev/null)" != "$shared" ]
   ln -s "$shared/bin/ruff" .venv/bin/ruff  # a binary; `python -m ruff` would look for it here
   echo "$shared" > .venv/.shared
 fi
-# the launchers, rewritten each time; `dvc` writes its YAML files atomically (pipeline/dvc_atomic.py)
-for tool in snakemake:snakemake dvc:taskgeom.pipeline.dvc_atomic pytest:pytest; do
+if ! .venv/bin/python -c 'import taskgeom' 2>/dev/null; then
+  .venv/bin/python -m pip install -qq --no-deps --no-build-isolation -e .
+fi
+# the launchers, rewritten each time; `dvc` writes its YAML files atomically (pipeline/dvc_atomic.py),
+# `taskgeom` hands its command to a stage server when TASKGEOM_SERVER names one (pipeline/entry.py)
+for tool in snakemake:snakemake dvc:taskgeom.pipeline.dvc_atomic pytest:pytest taskgeom:taskgeom; do
   printf '#!/bin/sh\nexec "$(dirname "$0")/python" -m %s "$@"\n' "${tool#*:}" > ".venv/bin/${tool%%:*}"
   chmod +x ".venv/bin/${tool%%:*}"
 done
-if [[ ! -x .venv/bin/taskgeom ]]; then
-  .venv/bin/python -m pip install -qq --no-deps --no-build-isolation -e .
-fi

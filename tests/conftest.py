@@ -31,8 +31,8 @@ def tool_env(warm: bool = True) -> dict[str, str]:
     worker, each on every core), so a stage on two threads (prune-speed) shares its cores with
     other jobs, and threads that spin at each barrier burn the time its partner is descheduled.
     ``warm``: ``taskgeom`` commands run in this worker's stage server (pipeline/server.py), not
-    each in a fresh interpreter that imports torch again; the SLURM test runs them cold, and
-    checks they write the same bytes."""
+    each in a fresh interpreter that imports torch again (tests/test_server.py checks that a
+    stage run cold writes the same bytes)."""
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONPATH", None)
@@ -65,10 +65,10 @@ def stage_server(env: dict[str, str]) -> str:
 TIMEOUT = 1800  # s: a guard against a hung command, not a speed target (a whole smoke DAG on a loaded machine)
 
 
-def run(cmd: list[str] | str, cwd: Path, check: bool = True, timeout: float = TIMEOUT,
+def run(cmd: list[str] | str, cwd: Path, check: bool = True, timeout: float = TIMEOUT, warm: bool = True,
         **kw) -> subprocess.CompletedProcess:
-    """Run a command in ``cwd``; on failure show its output in the test report."""
-    proc = subprocess.run(cmd, cwd=cwd, env=tool_env(), capture_output=True, text=True, timeout=timeout,
+    """Run a command in ``cwd`` (``tool_env(warm)``); on failure show its output in the test report."""
+    proc = subprocess.run(cmd, cwd=cwd, env=tool_env(warm), capture_output=True, text=True, timeout=timeout,
                           shell=isinstance(cmd, str), **kw)
     if check:
         succeeded(proc)

@@ -1,6 +1,6 @@
 """The stage server (pipeline/server.py): a command run through it behaves as the same command
-run directly (output, exit status, working directory, environment), and a signal or a kill of
-the client reaches the command it started."""
+run directly (output, exit status, working directory, environment, the bytes a stage writes),
+and a signal or a kill of the client reaches the command it started."""
 
 from __future__ import annotations
 
@@ -13,10 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, REPO, tool_env
+import yaml
+from conftest import BIN, REPO, copy_run, output_digests, run, tool_env
 
 from taskgeom.pipeline import server
 from taskgeom.pipeline.lock import lock_path
+from taskgeom.pipeline.registry import STAGES
+from taskgeom.pipeline.stage import resolve
 
 pytestmark = pytest.mark.pipeline
 
@@ -41,6 +44,23 @@ def test_a_command_through_the_server_is_the_command(tmp_path: Path):
     # the environment is the client's: an unknown profile named by it
     cold, warm = both(["sh", "-c", f'{TASKGEOM} params use "$PROFILE"'], tmp_path, PROFILE="nowhere")
     assert warm.returncode == cold.returncode == 2 and "nowhere" in warm.stderr and warm.stderr == cold.stderr
+
+
+def test_stages_run_cold_write_the_bytes_of_the_warm_smoke_run(smoke_run: Path, smoke_digests: dict,
+                                                               tmp_path: Path):
+    """The smoke run's stages ran in the server; a model trained and a head fitted in fresh
+    interpreters, each on the threads it declares, write the same bytes (the SLURM test runs
+    its jobs through the server too)."""
+    repo = copy_run(smoke_run, tmp_path / "repo")
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    stages = {s.name: s for s in STAGES}
+    written = []
+    for name, item in (("zoo", "tiny-cls"), ("head", "dpt-depth-l4")):
+        stage = stages[name]
+        run([TASKGEOM, name, f"--{stage.wildcard}", item], repo, warm=False)
+        written += [str(p) for p in resolve(stage, params, item)[1].values()]
+    now = output_digests(repo)
+    assert [rel for rel in written if now[rel] != smoke_digests[rel]] == []
 
 
 def hold_the_lock(tmp_path: Path) -> int:

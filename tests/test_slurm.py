@@ -94,7 +94,7 @@ def cluster_profile(dest: Path, rules: bool = True) -> Path:
 
 def run_bounded(cmd: list[str], cwd: Path, cluster: Cluster, limit: float = RUN_LIMIT_S) -> subprocess.CompletedProcess:
     """Run ``cmd`` in its own process group; SIGKILL the group if it outlives ``limit``."""
-    env = {**tool_env(warm=False), "SLURM_CONF": cluster.env["SLURM_CONF"]}
+    env = {**tool_env(), "SLURM_CONF": cluster.env["SLURM_CONF"]}
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:

@@ -1,5 +1,5 @@
 import sys
 
-from taskgeom.pipeline.cli import main
+from taskgeom.pipeline.entry import main
 
 sys.exit(main())

@@ -9,7 +9,6 @@ import argparse
 import importlib
 import json
 import logging
-import os
 import shutil
 import sys
 import time
@@ -193,9 +192,6 @@ def _io_help(s: Stage) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if (path := os.environ.get(server.ENV)) and argv[:1] != ["serve"]:
-        return server.delegate(path, argv)
     args = parser().parse_args(argv)
     try:
         return args.func(args)

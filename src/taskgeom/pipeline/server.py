@@ -4,7 +4,7 @@ Each ``taskgeom <stage>`` process spends seconds importing torch, timm, scipy an
 it does any work, which dominates a small DAG of short stages (the smoke profile, the test
 suite). ``taskgeom serve --socket PATH`` imports every stage's runner once and then waits on a
 Unix socket; a ``taskgeom`` command started with ``TASKGEOM_SERVER=PATH`` in its environment is a
-thin client that hands its arguments, working directory, environment and standard streams to
+thin client (``pipeline/entry.py``) that hands its arguments, working directory, environment and standard streams to
 the server and exits with the status of the command the server ran. Nothing else changes:
 
 - Each command runs in a fresh ``fork`` of the server (the *worker*), so no state passes from
@@ -220,6 +220,6 @@ def _work(request: dict, streams: list[int | None], main: Callable[[list[str]], 
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    os.environ.pop(ENV)
+    os.environ.pop(ENV)  # a taskgeom command the stage starts runs in the worker's own process tree
     sys.argv = ["taskgeom", *request["argv"]]
     return main(request["argv"])
