@@ -88,5 +88,11 @@ def _start(folder: str, interval: float) -> None:
     atexit.register(write)
 
 
-if os.environ.get("TASKGEOM_PROFILE") and os.path.basename(sys.argv[0] if sys.argv else "") == "taskgeom":
+def _is_taskgeom() -> bool:
+    """Whether this interpreter runs the ``taskgeom`` command: the console script, or ``python -m
+    taskgeom`` (the environment's launcher), whose module sys.argv does not name yet."""
+    return os.path.basename(sys.argv[0] if sys.argv else "") == "taskgeom" or sys.orig_argv[1:3] == ["-m", "taskgeom"]
+
+
+if os.environ.get("TASKGEOM_PROFILE") and _is_taskgeom():
     _start(os.environ["TASKGEOM_PROFILE"], float(os.environ.get("TASKGEOM_PROFILE_INTERVAL", "0.01")))
