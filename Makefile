@@ -14,17 +14,19 @@ venv:
 reproduce: venv
 	snakemake --cores $(CORES)
 
-# One pytest-xdist worker per core, a file's tests on one worker (its module fixtures built once,
-# its tests in order). `make test` hands out the longest files first (tests/conftest.py) and the
-# end-to-end tests share one smoke run; `make test-fast` leaves xdist's order (most tests first).
+# A file's tests on one pytest-xdist worker (its module fixtures built once, its tests in order).
+# `make test` runs one worker more than there are cores, since the SLURM, remote and crash tests
+# spend much of their time waiting on daemons and killed processes; it hands out the longest files
+# first (tests/conftest.py), and the end-to-end tests share one smoke run. `make test-fast`: one
+# worker per core, xdist's order (most tests first).
 UNIT := not pipeline and not slurm
-XDIST := -n $(CORES) --dist loadfile
+XDIST := --dist loadfile
 
 test: venv lint
-	python -m pytest -q $(XDIST) --no-loadscope-reorder --durations=25
+	python -m pytest -q -n $$(( $(CORES) + 1 )) $(XDIST) --no-loadscope-reorder --durations=25
 
 test-fast: venv lint
-	python -m pytest -q $(XDIST) -m "$(UNIT) and not slow"
+	python -m pytest -q -n $(CORES) $(XDIST) -m "$(UNIT) and not slow"
 
 lint: venv
 	ruff check .

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from filelock import FileLock
 
 from taskgeom.pipeline import server
@@ -23,6 +24,7 @@ from taskgeom.pipeline.stage import Stage
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+SMOKE = yaml.safe_load((REPO / "params/smoke.yaml").read_text())  # the smoke profile's parameters
 
 
 def tool_env(warm: bool = True) -> dict[str, str]:
@@ -167,18 +169,20 @@ def smoke_digests(smoke_run: Path) -> dict[str, str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """A pytest-xdist worker (one per core) keeps torch's pool to one thread; the commands the
+    """A pytest-xdist worker keeps torch's pool to one thread; the commands the
     tests start choose their own."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
         torch.set_num_threads(1)
 
 
-# The longest files first, in this order: pytest-xdist (`make test`: whole files, in collection
-# order, two to each worker at the start) then starts the paper-mini run, which needs no smoke
-# run, beside the first worker's smoke run, and ends on short files rather than on a long one.
-LONGEST_FIRST = ("test_pipeline.py", "test_paper_mini_run.py", "test_slurm.py", "test_crash.py", "test_remotes.py",
-                 "test_dvc_experiments.py")
+# The longest files first, in this order. pytest-xdist (`make test`: whole files, in collection
+# order) gives each of its three workers one file, then a second in the same order, and each
+# further file to a worker as it starts its last: the smoke run (test_pipeline), the paper-mini
+# run (which needs no smoke run) and the SLURM test (which mostly waits) start together, then
+# crash tests, incremental reruns and remotes; the suite ends on short files, not on a long one.
+LONGEST_FIRST = ("test_pipeline.py", "test_paper_mini_run.py", "test_slurm.py", "test_crash.py", "test_reruns.py",
+                 "test_remotes.py", "test_dvc_experiments.py", "test_server.py", "test_fixtures.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

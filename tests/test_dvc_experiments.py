@@ -10,8 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import copy_run, run
+from conftest import SMOKE, copy_run, run
 
 from taskgeom.pipeline.config import get
 from taskgeom.pipeline.registry import STAGES
@@ -19,7 +18,6 @@ from taskgeom.pipeline.stage import fill
 
 pytestmark = pytest.mark.pipeline
 
-SMOKE = yaml.safe_load((Path(__file__).parents[1] / "params/smoke.yaml").read_text())
 HEAD = "dpt-block-norm"  # its head feeds only metric-tables and report: a cheap experiment
 HEAD_METRICS = f"results/metrics/head/{HEAD}.yaml"
 
