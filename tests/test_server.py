@@ -126,6 +126,14 @@ def test_a_signal_to_the_client_reaches_its_command_and_its_status_comes_back(tm
     os.close(fd)
 
 
+def test_a_second_server_on_a_live_socket_is_refused(tmp_path: Path):
+    live = tool_env()[server.ENV]
+    proc = subprocess.run([TASKGEOM, "serve", "--socket", live], cwd=tmp_path, env=tool_env(warm=False),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "a server already answers there" in proc.stderr
+    assert subprocess.run([TASKGEOM, "--version"], env=tool_env(), capture_output=True).returncode == 0
+
+
 def test_no_server_is_a_clear_error(tmp_path: Path):
     env = tool_env(warm=False) | {server.ENV: str(tmp_path / "absent.sock")}
     proc = subprocess.run([TASKGEOM, "params", "check"], cwd=tmp_path, env=env, capture_output=True, text=True)

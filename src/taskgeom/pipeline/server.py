@@ -80,7 +80,7 @@ def delegate(path: str, argv: list[str]) -> int:
     socket.send_fds(conn, [struct.pack("!I", len(header)), bytes(f in fds for f in (0, 1, 2))], fds)
     conn.sendall(header)
     for sig in FORWARDED:
-        signal.signal(sig, lambda s, _frame: conn.sendall(struct.pack("!i", s)))
+        signal.signal(sig, lambda s, _frame: _forward(conn, s))
     reply = recv_exactly(conn, 8)
     if len(reply) < 8:
         print("taskgeom: error: the server closed the connection without an exit status", file=sys.stderr)
@@ -90,6 +90,12 @@ def delegate(path: str, argv: list[str]) -> int:
         signal.signal(value, signal.SIG_DFL)
         os.kill(os.getpid(), value)
     return value
+
+
+def _forward(conn: socket.socket, sig: int) -> None:
+    """Pass a signal the client received on to its command (nothing if the command has ended)."""
+    with contextlib.suppress(OSError):
+        conn.sendall(struct.pack("!i", sig))
 
 
 def _is_open(fd: int) -> bool:
@@ -114,11 +120,15 @@ def warm_up() -> None:
 def serve(path: str, main: Callable[[list[str]], int]) -> int:
     """Serve commands on the Unix socket ``path`` until SIGTERM or SIGINT, each one run as
     ``main(argv)`` (``cli.main``); removes the socket."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        if probe.connect_ex(path) == 0:
+            print(f"taskgeom: error: {path}: a server already answers there", file=sys.stderr)
+            return 2
     warm_up()
     sys.stdout.flush()
     sys.stderr.flush()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    Path(path).unlink(missing_ok=True)
+    Path(path).unlink(missing_ok=True)  # a socket file left by a server that was killed
     listener.bind(path)
     listener.listen(64)
     listener.settimeout(1.0)
