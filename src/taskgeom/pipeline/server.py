@@ -4,8 +4,9 @@ Each ``taskgeom <stage>`` process spends seconds importing torch, timm, scipy an
 it does any work, which dominates a small DAG of short stages (the smoke profile, the test
 suite). ``taskgeom serve --socket PATH`` imports every stage's runner once and then waits on a
 Unix socket; a ``taskgeom`` command started with ``TASKGEOM_SERVER=PATH`` in its environment is a
-thin client (``pipeline/entry.py``) that hands its arguments, working directory, environment and standard streams to
-the server and exits with the status of the command the server ran. Nothing else changes:
+thin client (``pipeline/entry.py``) that hands its arguments, working directory, environment and
+standard streams to the server and exits with the status of the command the server ran.
+Nothing else changes:
 
 - Each command runs in a fresh ``fork`` of the server (the *worker*), so no state passes from
   one command to the next, and the worker runs exactly ``cli.main`` with the client's argv,
@@ -219,14 +220,15 @@ def _kill_group(pid: int, sig: int) -> None:
 
 def _work(request: dict, streams: list[int | None], main: Callable[[list[str]], int]) -> int:
     """The worker: become the client's command and run it."""
-    with contextlib.suppress(OSError):  # its own group, which the handler signals (with any processes it starts)
+    with contextlib.suppress(OSError):  # its own group, which the handler signals with what it starts
         os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for target, fd in enumerate(streams):
         if fd is None:
             fd = os.open(os.devnull, os.O_RDWR)
-        os.dup2(fd, target)
-        os.close(fd)
+        if fd != target:  # (a server started with a standard stream closed receives on its number)
+            os.dup2(fd, target)
+            os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
