@@ -29,7 +29,7 @@ SMOKE = yaml.safe_load((REPO / "params/smoke.yaml").read_text())  # the smoke pr
 
 def tool_env(warm: bool = True) -> dict[str, str]:
     """The environment a pipeline command runs in: this venv's tools first on PATH, and OpenMP
-    threads that sleep when they wait. The suite runs two DAGs at once (one per pytest-xdist
+    threads that sleep when they wait. The suite runs several DAGs at once (one per pytest-xdist
     worker, each on every core), so a stage on two threads (prune-speed) shares its cores with
     other jobs, and threads that spin at each barrier burn the time its partner is descheduled.
     ``warm``: ``taskgeom`` commands run in this worker's stage server (pipeline/server.py), not
@@ -177,7 +177,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # The longest files first, in this order. pytest-xdist (`make test`: whole files, in collection
-# order) gives each of its three workers one file, then a second in the same order, and each
+# order) gives each worker (three on two cores) one file, then a second in the same order, and each
 # further file to a worker as it starts its last: the smoke run (test_pipeline), the paper-mini
 # run (which needs no smoke run) and the SLURM test (which mostly waits) start together, then
 # crash tests, incremental reruns and remotes; the suite ends on short files, not on a long one.

@@ -9,12 +9,10 @@ import sys
 
 
 def main() -> int:
-    from taskgeom.pipeline.server import ENV
+    from taskgeom.pipeline import server
 
-    if (path := os.environ.get(ENV)) and sys.argv[1:2] != ["serve"]:
-        from taskgeom.pipeline.server import delegate
-
-        return delegate(path, sys.argv[1:])
+    if (path := os.environ.get(server.ENV)) and sys.argv[1:2] != ["serve"]:
+        return server.delegate(path, sys.argv[1:])
     from taskgeom.pipeline.cli import main as run_here
 
     return run_here()
