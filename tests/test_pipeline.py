@@ -1,6 +1,7 @@
 """The smoke profile end to end through both front ends: the two DAGs agree, runs are
-incremental and byte-reproducible, bad parameters stop everything, interrupted stages
-resume cleanly, and artifacts round-trip through a DVC remote."""
+byte-reproducible, bad parameters stop everything, interrupted stages resume cleanly, and every
+result records where it came from. Incremental reruns: tests/test_reruns.py; remotes:
+tests/test_remotes.py."""
 
 from __future__ import annotations
 
