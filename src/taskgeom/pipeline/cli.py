@@ -72,7 +72,7 @@ def run_stage(stage: Stage, args: argparse.Namespace) -> int:
     with stage_lock(stage.name, value), staged_outputs(outputs) as staged:
         log = setup_logging(args.log)
         device = resolve_device(params["device"]) if "device" in keys else "cpu"
-        ctx = StageContext(stage.name, inputs, staged, config.select(params, keys), value, device, log)
+        ctx = StageContext(stage.name, inputs, staged, config.select(params, keys), value, device, log, threads)
         start = time.perf_counter()
         log.info("stage %s%s on %s, %d thread(s)", stage.name, f" [{value}]" if value else "", device, threads)
         importlib.import_module(stage.runner).run(ctx)

@@ -72,6 +72,7 @@ STAGES: tuple[Stage, ...] = (
         },
         params=("world",),
         mem_mb=4000,
+        threads=2,                       # renders chunks in as many processes
         runtime=30,
     ),
     Stage(

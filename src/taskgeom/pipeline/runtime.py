@@ -83,6 +83,7 @@ class StageContext:
     wildcard: str | None = None
     device: str = "cpu"
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("taskgeom"))
+    threads: int = 1  # the CPU threads it runs with (runtime.use_threads)
 
     def progress(self, iterable: Iterable[T], desc: str, total: int | None = None) -> Iterable[T]:
         """tqdm on an interactive stderr, silent otherwise (logs stay readable)."""

@@ -10,6 +10,8 @@ splits drop the V axis. The same scene index is the same scene at every resoluti
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 
@@ -18,6 +20,7 @@ from taskgeom.artifacts.tables import write_table
 from taskgeom.data.hdf5 import ResumableH5, forget_published, open_store
 from taskgeom.data.world import CLASS_NAMES, FAMILIES, WorldSpec, render_split
 from taskgeom.evaluate.image_stats import spectrum_slope
+from taskgeom.pipeline.pool import ordered_map
 from taskgeom.pipeline.runtime import StageContext
 
 SPLIT_IDS = {"train": 0, "val": 1, "test": 2, "mv_train": 3, "mv_test": 4}
@@ -55,10 +58,11 @@ def layout(views: int, resolutions: list[int]) -> dict[str, tuple[tuple[int, ...
     return out | {"label": ((), "int64"), "family": ((), "int8")}
 
 
-def render_block(seed: int, start: int, n: int, views: int, resolutions: list[int],
+def render_chunk(start: int, *, seed: int, chunk: int, scenes: int, views: int, resolutions: list[int],
                  spec: WorldSpec) -> dict[str, np.ndarray]:
-    """Scenes start..start+n-1 of a split at every resolution, keyed as the file stores them."""
-    block = {}
+    """Scenes start..start+chunk-1 of a split (fewer at its end) at every resolution, keyed as the
+    file stores them."""
+    block, n = {}, min(chunk, scenes - start)
     for r in resolutions:
         views_ = render_split(n, seed, r, views=views, spec=spec, start=start)
         for name in ARRAYS:
@@ -68,8 +72,9 @@ def render_block(seed: int, start: int, n: int, views: int, resolutions: list[in
 
 
 def build_split(ctx: StageContext, split: str, spec: WorldSpec) -> None:
-    """Render one split into its resumable store, chunk by chunk (a chunk is a function of
-    (seed, start) alone, so a resumed build writes the same bytes)."""
+    """Render one split into its resumable store, chunk by chunk, on the stage's threads as
+    processes (a chunk is a function of (seed, start) alone and chunks are written in order, so
+    a resumed build, or one on any number of processes, writes the same bytes)."""
     world = ctx.params["world"]
     scenes, views, resolutions = split_plan(world)[split]
     seed = split_seed(world["seed"], split)
@@ -84,10 +89,13 @@ def build_split(ctx: StageContext, split: str, spec: WorldSpec) -> None:
         ctx.log.info("%s: resuming at scene %d of %d", split, store.done, scenes)
     chunk = world["chunk"]
     starts = range(store.done, scenes, chunk)
-    blocks = (render_block(seed, start, min(chunk, scenes - start), views, resolutions, spec) for start in starts)
+    render = partial(render_chunk, seed=seed, chunk=chunk, scenes=scenes, views=views, resolutions=resolutions,
+                     spec=spec)
     try:
-        for start, block in ctx.progress(zip(starts, blocks), desc=f"fetch {split}", total=len(starts)):
-            store.write(start, block)
+        with ordered_map(ctx.threads) as map_:
+            for start, block in ctx.progress(zip(starts, map_(render, starts)), desc=f"fetch {split}",
+                                             total=len(starts)):
+                store.write(start, block)
         store.finish()
     finally:
         store.close()
