@@ -43,7 +43,7 @@ def ordered_map(workers: int) -> Iterator[Callable[[Callable[[A], R], Iterable[A
         return
     pool = multiprocessing.get_context("fork").Pool(workers, initializer=_die_with, initargs=(os.getpid(),))
     try:
-        yield lambda fn, items: pool.imap(fn, items)
+        yield pool.imap
     finally:
         pool.terminate()
         pool.join()
