@@ -192,13 +192,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def snakemake_jobs(repo: Path) -> dict[str, dict]:
     """Snakemake's jobs for a run from scratch, by shell command: rule, inputs, outputs, benchmark,
-    wildcards (the line as printed) and priority."""
+    wildcards (the line as printed) and priority (0, Snakemake's default, where it prints none)."""
     out = run(["snakemake", "-n", "--forceall", "--printshellcmds"], repo).stdout
     jobs: dict[str, dict] = {}
     job: dict = {}
     for line in out.splitlines():
         if line.startswith(("rule ", "localrule ")):
-            job = {"rule": line.split()[1].rstrip(":"), "inputs": set(), "outputs": set()}
+            job = {"rule": line.split()[1].rstrip(":"), "inputs": set(), "outputs": set(), "priority": 0}
         elif line.startswith("    input: ") and job:
             job["inputs"] = set(line.removeprefix("    input: ").split(", "))
         elif line.startswith("    output: ") and job:
