@@ -14,7 +14,7 @@ from taskgeom.artifacts.tables import read_table
 from taskgeom.models import train, zoo
 from taskgeom.pipeline.registry import WORLD_FILES
 from taskgeom.pipeline.runtime import StageContext
-from taskgeom.stages import fetch
+from taskgeom.stages import fetch, zoo_table
 from taskgeom.stages import sources as sources_stage
 from taskgeom.stages import zoo as zoo_stage
 
@@ -90,7 +90,10 @@ def test_trunk_learns_both_tasks_and_reports_each_family(world, tmp_path: Path):
     assert losses.iloc[-1] < 0.8 * losses.iloc[0]
     metrics = json.loads(ctx.outputs["metrics"].read_text())["metrics"]
     assert metrics["abs_rel"] < metrics["baseline_abs_rel"]
-    assert {"accuracy", "outdoor_delta1", "room_delta1", "baseline_room_delta1"} <= set(metrics)
+    assert {"accuracy", "outdoor_delta1", "room_delta1", "baseline_room_delta1", "room_delta1_median_scaled",
+            "baseline_room_delta1_median_scaled"} <= set(metrics)
+    better = {row["metric"]: row["better"] for row in zoo_table.rows(json.loads(ctx.outputs["metrics"].read_text()))}
+    assert better["room_abs_rel"] == better["abs_rel"] == "lower" and better["room_delta1"] == "higher"
     model = zoo.load(ctx.outputs["weights"], ctx.outputs["config"])
     assert model.decoders == ("cls", "logits", "depth") and model.decoder_layers("cls") == (1,)
     x = torch.rand(2, 3, 32, 32)

@@ -43,6 +43,14 @@ def depth_metrics(pred: Tensor, target: Tensor, max_depth: float) -> dict[str, f
     return {"abs_rel": float(((p - t).abs() / t).mean()), "delta1": float((ratio < 1.25).float().mean())}
 
 
+def median_scaled(pred: Tensor, target: Tensor, max_depth: float) -> Tensor:
+    """Scale each predicted depth map (B, ...) so its median over valid pixels matches the target's
+    (the per-image scale alignment of monocular depth evaluation, Eigen et al., 2014)."""
+    mask = valid_depth(target, max_depth)
+    scale = torch.stack([t[m].median() / p[m].clamp_min(1e-6).median() for p, t, m in zip(pred, target, mask)])
+    return pred * scale.view(-1, *[1] * (pred.ndim - 1))
+
+
 def silog(pred: Tensor, target: Tensor, mask: Tensor | None = None, lam: float = 0.85) -> Tensor:
     """Scale-invariant log error (Eigen et al., 2014), per image: sqrt(mean(d²) − λ·mean(d)²), d = log p − log t.
 

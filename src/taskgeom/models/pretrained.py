@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from taskgeom.data.batches import Batch, InputDigest, batches
 from taskgeom.data.sources import Source, SourceError, world_arrays
-from taskgeom.evaluate.tasks import camera_errors, depth_metrics, pose_encoding, valid_depth
+from taskgeom.evaluate.tasks import camera_errors, depth_metrics, median_scaled, pose_encoding, valid_depth
 from taskgeom.models.adapters import PAPER_MODELS, load_paper_model
 from taskgeom.models.host import run_decoder
 from taskgeom.models.preprocess import Preprocess
@@ -46,13 +46,6 @@ def knn_accuracy(train_emb: Tensor, train_labels: np.ndarray, test_emb: Tensor, 
     votes = np.apply_along_axis(lambda row: np.bincount(row, minlength=int(train_labels.max()) + 1).argmax(), 1,
                                 train_labels[nearest])
     return float((votes == test_labels).mean())
-
-
-def median_scaled(pred: Tensor, target: Tensor, max_depth: float) -> Tensor:
-    """Scale each predicted depth map so its median over valid pixels matches the target's."""
-    mask = valid_depth(target, max_depth)
-    scale = torch.stack([t[m].median() / p[m].clamp_min(1e-6).median() for p, t, m in zip(pred, target, mask)])
-    return pred * scale.view(-1, *[1] * (pred.ndim - 1))
 
 
 def need_depth(source: Source, role: str) -> float:

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from taskgeom.artifacts.atomic import atomic_path
 from taskgeom.data.splits import to_input
 from taskgeom.data.world.scene import FAMILIES
-from taskgeom.evaluate.tasks import camera_errors, depth_metrics, pose_encoding, valid_depth
+from taskgeom.evaluate.tasks import camera_errors, depth_metrics, median_scaled, pose_encoding, valid_depth
 
 EVAL_BATCH = 64
 WARMUP = 0.05
@@ -93,7 +93,9 @@ def trunk_loss(model: nn.Module, b: dict[str, Tensor]) -> Tensor:
 
 @torch.no_grad()
 def trunk_eval(model, test, train, max_depth) -> dict[str, float]:
-    """Accuracy, and depth metrics over all test scenes and per family (outdoor, room)."""
+    """Accuracy, and depth metrics over all test scenes and per family (outdoor, room); with
+    ``delta1_median_scaled``, δ1 after each map is scaled to its target's median, which shows how
+    much of the δ1 shortfall is the global scale a monocular model cannot always see."""
     device = next(model.parameters()).device.type
     outs = [{k: v.cpu() for k, v in model(to_input(b["rgb"])).items()} for b in batches({"rgb": test["rgb"]}, device)]
     pred, logits = torch.cat([o["depth"] for o in outs]), torch.cat([o["logits"] for o in outs])
@@ -105,8 +107,11 @@ def trunk_eval(model, test, train, max_depth) -> dict[str, float]:
     parts = [("", np.ones(len(target), bool))] + [(f"{f}_", test["family"] == i) for i, f in enumerate(FAMILIES)]
     for tag, keep in parts:
         if keep.any():
-            out |= {f"{tag}{k}": v for k, v in depth_metrics(pred[keep], target[keep], max_depth).items()}
-            out |= {f"baseline_{tag}{k}": v for k, v in depth_metrics(baseline[keep], target[keep], max_depth).items()}
+            for prefix, maps in (("", pred[keep]), ("baseline_", baseline[keep])):
+                t = target[keep]
+                out |= {f"{prefix}{tag}{k}": v for k, v in depth_metrics(maps, t, max_depth).items()}
+                scaled = depth_metrics(median_scaled(maps, t, max_depth), t, max_depth)["delta1"]
+                out[f"{prefix}{tag}delta1_median_scaled"] = scaled
     return out
 
 

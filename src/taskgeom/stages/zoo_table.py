@@ -19,7 +19,7 @@ def rows(record: dict) -> list[dict]:
         if name.startswith("baseline_"):
             continue
         baseline = metrics[f"baseline_{name}"]
-        lower = name in LOWER_IS_BETTER
+        lower = any(name == m or name.endswith(f"_{m}") for m in LOWER_IS_BETTER)  # also per family: room_abs_rel
         out.append({
             "model": record["model"], "kind": record["kind"], "parameters": record["parameters"],
             "steps": record["steps"], "test_scenes": record["test_scenes"], "metric": name,
