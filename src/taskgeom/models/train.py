@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from taskgeom.artifacts.atomic import atomic_path
 from taskgeom.data.splits import to_input
+from taskgeom.data.world.camera import backproject, relative_pose
 from taskgeom.data.world.scene import FAMILIES
 from taskgeom.evaluate.tasks import camera_errors, depth_metrics, median_scaled, pose_encoding, valid_depth
 
@@ -118,13 +119,10 @@ def trunk_eval(model, test, train, max_depth) -> dict[str, float]:
 # --- multi-view (tiny-mv) ------------------------------------------------------------------
 
 def pointmaps(depth: np.ndarray, K: np.ndarray, cam_to_world: np.ndarray) -> np.ndarray:
-    """(S, V, H, W) depth -> (S, V, 3, H, W) points in the first camera's frame (VGGT's world frame)."""
-    s, v, h, w = depth.shape
-    u, r = np.meshgrid(np.arange(w) + 0.5, np.arange(h) + 0.5)
-    pix = np.stack([u, r, np.ones_like(u)], axis=-1)  # (H, W, 3)
-    rays = np.einsum("svij,hwj->svhwi", np.linalg.inv(K), pix)
-    cam = rays * depth[..., None]
-    rel = np.linalg.inv(cam_to_world[:, :1]) @ cam_to_world  # (S, V, 4, 4)
+    """(S, V, H, W) depth -> (S, V, 3, H, W) points in the first camera's frame (VGGT's world frame),
+    back-projected with the world's pixel convention (``backproject``)."""
+    cam = backproject(depth.astype(np.float64), K)  # (S, V, H, W, 3)
+    rel = relative_pose(cam_to_world[:, :1], cam_to_world)  # (S, V, 4, 4)
     pts = np.einsum("svij,svhwj->svhwi", rel[..., :3, :3], cam) + rel[:, :, None, None, :3, 3]
     return pts.transpose(0, 1, 4, 2, 3).astype(np.float32)
 
