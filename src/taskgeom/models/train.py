@@ -108,8 +108,8 @@ def trunk_eval(model, test, train, max_depth) -> dict[str, float]:
     parts = [("", np.ones(len(target), bool))] + [(f"{f}_", test["family"] == i) for i, f in enumerate(FAMILIES)]
     for tag, keep in parts:
         if keep.any():
+            t = target[keep]
             for prefix, maps in (("", pred[keep]), ("baseline_", baseline[keep])):
-                t = target[keep]
                 out |= {f"{prefix}{tag}{k}": v for k, v in depth_metrics(maps, t, max_depth).items()}
                 scaled = depth_metrics(median_scaled(maps, t, max_depth), t, max_depth)["delta1"]
                 out[f"{prefix}{tag}delta1_median_scaled"] = scaled
