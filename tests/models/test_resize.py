@@ -42,3 +42,22 @@ def test_fusion_projects_before_upsampling_as_dpt_does_after():
     x = block.out(coarse + block.skip(skip))
     dpt_order = block.project(F_.interpolate(x, size=(10, 14), mode="bilinear", align_corners=True))
     torch.testing.assert_close(block(coarse, skip), dpt_order, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("align_corners", [True, False])
+def test_a_channels_last_map_is_resized_in_its_layout(align_corners):
+    """The DPT head's maps are channels-last views of token sequences; the resize keeps that
+    layout (so the convolutions after it need no conversion) and its values, forward and under
+    ``vmap(jvp)``."""
+    g = torch.Generator().manual_seed(2)
+    tokens = torch.randn(2, 5 * 7, 4, dtype=torch.float64, generator=g)
+    x = tokens.transpose(1, 2).reshape(2, 4, 5, 7)  # (B, C, H, W) over (B, H·W, C) storage
+    assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    expected = F_.interpolate(x.contiguous(), size=(10, 9), mode="bilinear", align_corners=align_corners)
+    out = resize_bilinear(x, (10, 9), align_corners)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+    V = torch.randn(3, 2, 4, 5, 7, dtype=torch.float64, generator=g)
+    tangents = vmap(lambda v: jvp(lambda t: resize_bilinear(t, (10, 9), align_corners), (x,), (v,))[1])(V)
+    expected = F_.interpolate(V.flatten(0, 1), size=(10, 9), mode="bilinear", align_corners=align_corners)
+    torch.testing.assert_close(tangents, expected.reshape(3, 2, 4, 10, 9), rtol=0, atol=1e-12)

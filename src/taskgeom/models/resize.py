@@ -6,6 +6,12 @@ index rule, so trained weights carry over), but vmap-friendly: under ``vmap(jvp(
 ``upsample_bilinear2d``'s forward-mode rule copies its batched output, a cost every JVP block
 through a DPT head would pay; two matrix products have no such copy. A resize to the map's own
 size is the identity and costs nothing.
+
+A map stored channels-last (the DPT head's maps are: a (B, N, D) token sequence viewed as
+(B, D, rows, cols)) is resized in that layout, as products over its (B, H, W·C) and (B·h, W, C)
+views, and stays channels-last; resized as (…, H, W) matrices it would come back channels-first,
+and every convolution after it would run in the slower layout or convert. Inside ``vmap``, where a
+map's layout cannot be queried, the (…, H, W) products are used.
 """
 
 from __future__ import annotations
@@ -42,4 +48,20 @@ def resize_bilinear(x: Tensor, size: tuple[int, int], align_corners: bool) -> Te
         return x
     rows = _weights(H, h, align_corners, x.dtype, x.device)
     cols = _weights(W, w, align_corners, x.dtype, x.device)
+    if _channels_last(x):
+        b, c = x.shape[:2]
+        y = rows @ x.permute(0, 2, 3, 1).reshape(b, H, W * c)  # (B, h, W·C)
+        y = cols @ y.reshape(b * h, W, c)  # (B·h, w, C)
+        return y.reshape(b, h, w, c).permute(0, 3, 1, 2)
     return rows @ x @ cols.T
+
+
+def _channels_last(x: Tensor) -> bool:
+    """Whether a (B, C, H, W) map is stored channels-last (and not also channels-first, as when
+    C = 1 or H = W = 1); False inside ``vmap``, which cannot query a memory format."""
+    if x.dim() != 4 or x.is_contiguous():
+        return False
+    try:
+        return x.is_contiguous(memory_format=torch.channels_last)
+    except RuntimeError:
+        return False
