@@ -10,8 +10,8 @@ size is the identity and costs nothing.
 A map stored channels-last (the DPT head's maps are: a (B, N, D) token sequence viewed as
 (B, D, rows, cols)) is resized in that layout, as products over its (B, H, W·C) and (B·h, W, C)
 views, and stays channels-last; resized as (…, H, W) matrices it would come back channels-first,
-and every convolution after it would run in the slower layout or convert. Inside ``vmap``, where a
-map's layout cannot be queried, the (…, H, W) products are used.
+and every convolution after it would run in the slower layout or convert. A map batched by ``vmap``,
+whose layout cannot be queried, takes the (…, H, W) products.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def resize_bilinear(x: Tensor, size: tuple[int, int], align_corners: bool) -> Te
 
 def _channels_last(x: Tensor) -> bool:
     """Whether a (B, C, H, W) map is stored channels-last (and not also channels-first, as when
-    C = 1 or H = W = 1); False inside ``vmap``, which cannot query a memory format."""
+    C = 1 or H = W = 1); False for a tensor batched by ``vmap``, which cannot be asked."""
     if x.dim() != 4 or x.is_contiguous():
         return False
     try:
