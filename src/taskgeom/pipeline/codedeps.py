@@ -6,16 +6,28 @@ through other modules, together with the packages that hold them (their ``__init
 import). Imports are read from the source with ``ast``, at module level and inside functions
 alike, so editing any module a stage may execute reruns that stage, and nothing is imported to
 find out.
+
+Parsing the package is most of the cost of reading the Snakefile, which every ``snakemake``
+command (a dry run, each SLURM job) does. So what a source file names is kept between processes
+in ``$XDG_CACHE_HOME/taskgeom/codedeps.json`` (default ``~/.cache``), keyed by the module and
+the sha256 of its bytes: an edited file is parsed again, and which of its names are modules of
+the package is decided anew each time from the files present. The cache is written atomically
+and only when it gained an entry; one that cannot be read or written is ignored.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
+import os
+import tempfile
 from functools import cache
 from pathlib import Path
 
 PACKAGE = "taskgeom"
 SRC = Path(__file__).resolve().parents[2]  # the directory that holds the package
+CACHE_ENTRIES = 4000  # the newest kept: a few per edit of a module
 
 
 def module_file(module: str) -> Path | None:
@@ -37,22 +49,76 @@ def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def named_imports(source: bytes, module: str, is_package: bool, filename: str) -> list[str]:
+    """Every absolute module name that ``source`` (the text of ``module``) imports or may import:
+    ``import a.b``, ``from a import b`` as ``a`` and ``a.b``, relative imports resolved; sorted.
+    Whether each is a module of the package is for the caller to decide."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source, filename=filename)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, module, is_package)
+            found.add(base)
+            # ``from package import submodule`` imports the submodule too
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return sorted(found)
+
+
+def cache_file() -> Path:
+    """Where ``named_imports`` is kept between processes."""
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / PACKAGE / "codedeps.json"
+
+
+class ScanCache:
+    """``named_imports`` by (module, sha256 of its source), read from ``cache_file()`` at the
+    first lookup and written back by ``save`` if it gained an entry."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, list[str]] | None = None
+        self.added = False
+
+    def lookup(self, module: str, path: Path) -> list[str]:
+        if self.entries is None:
+            try:
+                loaded = json.loads(cache_file().read_text())
+                self.entries = loaded if isinstance(loaded, dict) else {}
+            except (OSError, ValueError):
+                self.entries = {}
+        source = path.read_bytes()
+        key = f"{module} {hashlib.sha256(source).hexdigest()}"
+        if key not in self.entries:
+            self.entries[key] = named_imports(source, module, path.name == "__init__.py", str(path))
+            self.added = True
+        return self.entries[key]
+
+    def save(self) -> None:
+        if not self.added or self.entries is None:
+            return
+        self.added = False
+        path = cache_file()
+        keep = dict(list(self.entries.items())[-CACHE_ENTRIES:])
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            with os.fdopen(fd, "w") as f:
+                json.dump(keep, f)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+
+
+SCANS = ScanCache()
+
+
 @cache
 def direct_imports(module: str) -> frozenset[str]:
     """Modules of the package that ``module`` imports anywhere in its source."""
     path = module_file(module)
     if path is None:
         raise ModuleNotFoundError(f"{module}: no such module under {SRC / PACKAGE}")
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = _absolute(node, module, path.name == "__init__.py")
-            found.add(base)
-            # ``from package import submodule`` imports the submodule too
-            found.update(f"{base}.{alias.name}" for alias in node.names if module_file(f"{base}.{alias.name}"))
-    return frozenset(m for m in found if m.split(".")[0] == PACKAGE and module_file(m))
+    return frozenset(m for m in SCANS.lookup(module, path) if m.split(".")[0] == PACKAGE and module_file(m))
 
 
 def with_packages(module: str) -> set[str]:
@@ -77,4 +143,5 @@ def import_closure(module: str) -> frozenset[str]:
 def code_files(module: str, root: Path = SRC.parent) -> tuple[str, ...]:
     """The source files of ``import_closure(module)``, relative to ``root`` and sorted."""
     files = {module_file(m) for m in import_closure(module)}
+    SCANS.save()
     return tuple(sorted(str(f.relative_to(root)) for f in files if f is not None))

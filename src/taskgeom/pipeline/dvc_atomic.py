@@ -10,7 +10,8 @@ through ``atomic_path``: a kill at any moment leaves either the previous file or
 The commit the Snakefile's ``onsuccess`` runs (``sync.commit_to_dvc``, through ``dvc_commit``)
 writes through this module, and so does every ``dvc`` command of the project's environment: its
 ``dvc`` launcher runs this module (``envs/setup-venv.sh``). A DVC installed elsewhere writes as
-DVC does.
+DVC does. The same processes read dvc.lock for its updates with the safe loader
+(``dvc_lock_parse``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from taskgeom.artifacts.atomic import atomic_path
+from taskgeom.pipeline.dvc_lock_parse import patch_lock_parse
 
 
 def atomic_dump(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -42,8 +44,11 @@ def atomic_dump(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def patch_dvc() -> None:
     """Make every YAML dump of this process's DVC atomic (``modify_yaml`` calls ``_common``'s
-    ``_dump_data``; ``dump_yaml`` the name ``_yaml`` imported from it)."""
+    ``_dump_data``; ``dump_yaml`` the name ``_yaml`` imported from it), and its updates of
+    dvc.lock parse with the safe loader."""
     from dvc.utils.serialize import _common, _yaml
+
+    patch_lock_parse()
 
     dump = atomic_dump(_common._dump_data)
     _common._dump_data = dump
