@@ -17,6 +17,7 @@ import pytest
 import yaml
 from filelock import FileLock
 
+from taskgeom.fixtures.paper_mini import MANIFEST
 from taskgeom.pipeline import server
 from taskgeom.pipeline.config import get
 from taskgeom.pipeline.registry import STAGES
@@ -149,6 +150,25 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
             run(["snakemake", "--profile", "profiles/local", "--cores", "2"], repo)
             (base / "digests.json").write_text(json.dumps(output_digests(repo)))
     return base / "repo"
+
+
+@pytest.fixture(scope="session")
+def paper_mini_files(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> tuple[Path, dict]:
+    """The paper-mini fixtures, written once per session by ``taskgeom fixtures paper-mini``, and
+    their manifest. Tests read them, or copy them where they change anything (``shutil.copytree``).
+    Shared between pytest-xdist workers like ``smoke_run``: the first to ask writes them."""
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent
+    base = shared / "paper-mini-files"
+    with FileLock(str(shared / "paper-mini-files.lock")):
+        if not (base / "written").is_file():
+            shutil.rmtree(base, ignore_errors=True)
+            base.mkdir()
+            run(["taskgeom", "fixtures", "paper-mini", "paper-mini"], base)
+            (base / "written").touch()
+    files = base / "paper-mini"
+    return files, json.loads((files / MANIFEST).read_text())
 
 
 def copy_run(src: Path, dest: Path, **kw) -> Path:

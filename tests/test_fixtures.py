@@ -33,9 +33,9 @@ WNIDS = ["n01440764", "n01443537", "n01484850", "n01491361", "n01494475", "n0149
 
 
 @pytest.fixture(scope="module")
-def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    root = tmp_path_factory.mktemp("fixtures") / "paper-mini"
-    return root, write_paper_mini(root)
+def written(paper_mini_files: tuple[Path, dict]) -> tuple[Path, dict]:
+    """What ``taskgeom fixtures paper-mini`` wrote (once per session: tests/conftest.py)."""
+    return paper_mini_files
 
 
 def check_files(root: Path, manifest: dict) -> None:

@@ -11,6 +11,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # before huggingface_hub reads it at import
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,6 @@ import pytest
 from PIL import Image
 
 from taskgeom.data.sources import open_indexed
-from taskgeom.fixtures.paper_mini import write_paper_mini
 from taskgeom.models import pretrained, zoo
 from taskgeom.pipeline.runtime import StageContext
 from taskgeom.stages import diagnose as diagnose_stage
@@ -33,9 +33,11 @@ SETTINGS = {"images": 2, "estimator": {"r": 4, "num_probes": 8, "power_iters": 1
 
 
 @pytest.fixture(scope="module")
-def mini(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+def mini(paper_mini_files: tuple[Path, dict], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("paper-mini")
-    return root, write_paper_mini(root / "files")
+    files, manifest = paper_mini_files
+    shutil.copytree(files, root / "files")
+    return root, manifest
 
 
 def sources(files: Path) -> dict:

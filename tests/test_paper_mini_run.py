@@ -6,6 +6,7 @@ the profile produces, filled from that run, beside the paper's figures."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,9 +32,9 @@ PAPER_TABLES = {
 
 
 @pytest.fixture(scope="module")
-def mini(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def mini(paper_mini_files: tuple[Path, dict], tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = copy_repo(tmp_path_factory.mktemp("paper-mini") / "repo", profile="paper-mini")
-    run(["taskgeom", "fixtures", "paper-mini", "data/paper-mini"], repo)
+    shutil.copytree(paper_mini_files[0], repo / "data/paper-mini")  # `taskgeom fixtures paper-mini data/paper-mini`
     run(["taskgeom", "params", "use", "paper-mini"], repo)
     run(["snakemake", "--profile", "profiles/local", "--cores", "2"], repo)
     return repo
