@@ -92,6 +92,25 @@ def cluster_profile(dest: Path, rules: bool = True) -> Path:
     return dest
 
 
+# Snakemake, with the SLURM plugin polling at the profile's seconds-between-status-checks. The
+# plugin adds 10 s to its next poll whenever one finds no job finished (up to 180 s, to spare a
+# shared slurmctld), so each job longer than one poll would wait about 10 s more than it ran.
+SNAKEMAKE_POLLING_EACH_SECOND = """\
+import sys
+import snakemake_executor_plugin_slurm as slurm
+slurm.Executor.next_seconds_between_status_checks = property(
+    lambda self: self.workflow.remote_execution_settings.seconds_between_status_checks, lambda self, value: None)
+from snakemake.cli import main
+sys.argv[0] = "snakemake"
+main()
+"""
+
+
+def snakemake(*args: str) -> list[str]:
+    """``snakemake ARGS`` polling the test cluster each second (SNAKEMAKE_POLLING_EACH_SECOND)."""
+    return [sys.executable, "-c", SNAKEMAKE_POLLING_EACH_SECOND, *args]
+
+
 def run_bounded(cmd: list[str], cwd: Path, cluster: Cluster, limit: float = RUN_LIMIT_S) -> subprocess.CompletedProcess:
     """Run ``cmd`` in its own process group; SIGKILL the group if it outlives ``limit``."""
     env = {**tool_env(), "SLURM_CONF": cluster.env["SLURM_CONF"]}
@@ -159,7 +178,7 @@ def test_every_rule_through_slurm_gives_the_bytes_of_a_local_run(cluster: Cluste
     start = time.monotonic()
     submitted = 0
     for extra in (targets, world):
-        proc = run_bounded(["snakemake", "--profile", str(profile), "--force", *extra], repo, cluster)
+        proc = run_bounded(snakemake("--profile", str(profile), "--force", *extra), repo, cluster)
         assert proc.returncode == 0, report(repo, proc.stdout, proc.stderr, cluster)
         submitted += proc.stderr.count("has been submitted with SLURM jobid")
     took = time.monotonic() - start
@@ -181,7 +200,7 @@ def test_a_failing_job_fails_the_run_with_its_log(cluster: Cluster, tmp_path: Pa
                                     '    shell: "echo boom: the command failed >&2; exit 3"\n')
     profile = cluster_profile(tmp_path / "profile", rules=False)
     start = time.monotonic()
-    proc = run_bounded(["snakemake", "--profile", str(profile)], work, cluster, limit=120)
+    proc = run_bounded(snakemake("--profile", str(profile)), work, cluster, limit=120)
     assert proc.returncode != 0 and time.monotonic() - start < 120
     assert "boom: the command failed" in report(work, proc.stdout, proc.stderr, cluster)
     assert not (work / "never.txt").exists()
