@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -132,42 +133,48 @@ def output_digests(repo: Path) -> dict[str, str]:
             if p.is_file() and ".partial" not in p.parts}
 
 
+def session_folder(tmp_path_factory: pytest.TempPathFactory, worker_id: str, name: str) -> Path:
+    """A folder of this pytest session that every pytest-xdist worker sees."""
+    base = tmp_path_factory.getbasetemp()
+    return (base if worker_id == "master" else base.parent) / name
+
+
+def build_once(folder: Path, done: str, build: Callable[[Path], None]) -> Path:
+    """``build(folder)`` in ``folder``, emptied first, unless a worker already built it: the first
+    worker to ask builds while the others wait on a file lock. ``build`` writes ``done`` last,
+    so a build that failed is built again by the next worker to ask."""
+    with FileLock(f"{folder}.lock"):
+        if not (folder / done).is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
-    """The smoke DAG, run once locally by Snakemake, with the digests of what it wrote beside it.
-    Nothing changes it: a test that runs or edits anything works in a copy (``copy_run``, or the
-    fixture ``smoke``). Under pytest-xdist the first worker to ask runs it, in the session's
-    shared temporary directory, while the others wait on a file lock (digests.json is written
-    last: a run that failed is run again by the next worker to ask)."""
-    shared = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
-        shared = shared.parent
-    base = shared / "smoke-run"
-    with FileLock(str(shared / "smoke-run.lock")):
-        if not (base / "digests.json").is_file():
-            shutil.rmtree(base, ignore_errors=True)
-            repo = copy_repo(base / "repo")
-            run(["snakemake", "--profile", "profiles/local", "--cores", "2"], repo)
-            (base / "digests.json").write_text(json.dumps(output_digests(repo)))
-    return base / "repo"
+    """The smoke DAG, run once locally by Snakemake (``build_once``), with the digests of what it
+    wrote beside it. Nothing changes it: a test that runs or edits anything works in a copy
+    (``copy_run``, or the fixture ``smoke``)."""
+
+    def build(base: Path) -> None:
+        repo = copy_repo(base / "repo")
+        run(["snakemake", "--profile", "profiles/local", "--cores", "2"], repo)
+        (base / "digests.json").write_text(json.dumps(output_digests(repo)))
+
+    return build_once(session_folder(tmp_path_factory, worker_id, "smoke-run"), "digests.json", build) / "repo"
 
 
 @pytest.fixture(scope="session")
 def paper_mini_files(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> tuple[Path, dict]:
-    """The paper-mini fixtures, written once per session by ``taskgeom fixtures paper-mini``, and
-    their manifest. Tests read them, or copy them where they change anything (``shutil.copytree``).
-    Shared between pytest-xdist workers like ``smoke_run``: the first to ask writes them."""
-    shared = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
-        shared = shared.parent
-    base = shared / "paper-mini-files"
-    with FileLock(str(shared / "paper-mini-files.lock")):
-        if not (base / "written").is_file():
-            shutil.rmtree(base, ignore_errors=True)
-            base.mkdir()
-            run(["taskgeom", "fixtures", "paper-mini", "paper-mini"], base)
-            (base / "written").touch()
-    files = base / "paper-mini"
+    """The paper-mini fixtures, written once per session by ``taskgeom fixtures paper-mini``
+    (``build_once``), and their manifest. Tests read them, or copy them where they change anything."""
+
+    def build(base: Path) -> None:
+        run(["taskgeom", "fixtures", "paper-mini", "paper-mini"], base)
+        (base / "written").touch()
+
+    files = build_once(session_folder(tmp_path_factory, worker_id, "paper-mini-files"), "written", build) / "paper-mini"
     return files, json.loads((files / MANIFEST).read_text())
 
 
