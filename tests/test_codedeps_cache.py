@@ -51,3 +51,13 @@ def test_the_package_scanned_through_the_cache_names_what_a_fresh_parse_names(ca
         scans.lookup(module, path)
         scans.save()
         assert codedeps.ScanCache().lookup(module, path) == fresh
+
+
+def test_a_module_and_a_package_of_the_same_text_are_cached_apart(tmp_path: Path, cache_home: Path):
+    module, package = tmp_path / "mod.py", tmp_path / "mod" / "__init__.py"
+    package.parent.mkdir()
+    for path in (module, package):
+        path.write_text("from . import tables\n")
+    scans = codedeps.ScanCache()
+    assert scans.lookup("taskgeom.stages.mod", module) == ["taskgeom.stages", "taskgeom.stages.tables"]
+    assert scans.lookup("taskgeom.stages.mod", package) == ["taskgeom.stages.mod", "taskgeom.stages.mod.tables"]

@@ -57,7 +57,22 @@ def _start(folder: str, interval: float) -> None:
     frames: dict[str, float] = {}
     leaves: dict[str, float] = {}
 
+    busy = False
+
     def sample(signum, frame) -> None:
+        # An alarm can arrive while an earlier one is being handled (Python runs a handler between
+        # bytecodes, so in the middle of these updates): that one is skipped, and its seconds go
+        # to the next sample, so the three tallies always add up to the same total.
+        nonlocal last, busy
+        if busy:
+            return
+        busy = True
+        try:
+            tally(frame)
+        finally:
+            busy = False
+
+    def tally(frame) -> None:
         nonlocal last
         now = time.perf_counter()
         seconds, last = now - last, now

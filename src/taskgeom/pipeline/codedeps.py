@@ -9,10 +9,11 @@ find out.
 
 Parsing the package is most of the cost of reading the Snakefile, which every ``snakemake``
 command (a dry run, each SLURM job) does. So what a source file names is kept between processes
-in ``$XDG_CACHE_HOME/taskgeom/codedeps.json`` (default ``~/.cache``), keyed by the module and
-the sha256 of its bytes: an edited file is parsed again, and which of its names are modules of
-the package is decided anew each time from the files present. The cache is written atomically
-and only when it gained an entry; one that cannot be read or written is ignored.
+in ``$XDG_CACHE_HOME/taskgeom/codedeps.json`` (default ``~/.cache``), keyed by the module,
+whether it is a package (relative imports resolve against it) and the sha256 of its bytes: an
+edited file is parsed again, and which of its names are modules of the package is decided anew
+each time from the files present. The cache is written atomically and only when it gained an
+entry; one that cannot be read or written is ignored.
 """
 
 from __future__ import annotations
@@ -86,10 +87,10 @@ class ScanCache:
                 self.entries = loaded if isinstance(loaded, dict) else {}
             except (OSError, ValueError):
                 self.entries = {}
-        source = path.read_bytes()
-        key = f"{module} {hashlib.sha256(source).hexdigest()}"
+        source, is_package = path.read_bytes(), path.name == "__init__.py"
+        key = f"{module}{'/__init__' if is_package else ''} {hashlib.sha256(source).hexdigest()}"
         if key not in self.entries:
-            self.entries[key] = named_imports(source, module, path.name == "__init__.py", str(path))
+            self.entries[key] = named_imports(source, module, is_package, str(path))
             self.added = True
         return self.entries[key]
 
