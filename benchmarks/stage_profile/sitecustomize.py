@@ -63,7 +63,7 @@ def _start(folder: str, interval: float) -> None:
         # An alarm can arrive while an earlier one is being handled (Python runs a handler between
         # bytecodes, so in the middle of these updates): that one is skipped, and its seconds go
         # to the next sample, so the three tallies always add up to the same total.
-        nonlocal last, busy
+        nonlocal busy
         if busy:
             return
         busy = True

@@ -7,7 +7,7 @@ import). Imports are read from the source with ``ast``, at module level and insi
 alike, so editing any module a stage may execute reruns that stage, and nothing is imported to
 find out.
 
-Parsing the package is most of the cost of reading the Snakefile, which every ``snakemake``
+Parsing the package is much of the cost of reading the Snakefile, which every ``snakemake``
 command (a dry run, each SLURM job) does. So what a source file names is kept between processes
 in ``$XDG_CACHE_HOME/taskgeom/codedeps.json`` (default ``~/.cache``), keyed by the module,
 whether it is a package (relative imports resolve against it) and the sha256 of its bytes: an
@@ -22,9 +22,10 @@ import ast
 import hashlib
 import json
 import os
-import tempfile
 from functools import cache
 from pathlib import Path
+
+from taskgeom.artifacts.atomic import atomic_path
 
 PACKAGE = "taskgeom"
 SRC = Path(__file__).resolve().parents[2]  # the directory that holds the package
@@ -98,14 +99,10 @@ class ScanCache:
         if not self.added or self.entries is None:
             return
         self.added = False
-        path = cache_file()
         keep = dict(list(self.entries.items())[-CACHE_ENTRIES:])
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            with os.fdopen(fd, "w") as f:
-                json.dump(keep, f)
-            os.replace(tmp, path)
+            with atomic_path(cache_file()) as tmp:
+                tmp.write_text(json.dumps(keep))
         except OSError:
             pass
 
