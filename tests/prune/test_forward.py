@@ -11,7 +11,7 @@ from taskgeom.metric.spn import PredictedMetric, SpectralPullbackNetwork
 from taskgeom.models.dpt import TinyDPT
 from taskgeom.models.host import freeze, run_decoder
 from taskgeom.models.vit import Grid, TimmViTHost, tiny_vit
-from taskgeom.prune.cls_merge import merged_forward
+from taskgeom.prune.cls_merge import merged_forward, merged_forward_from, unreduced_prefix
 from taskgeom.prune.llf import TokenState, pruned_forward, stage_counts
 from taskgeom.prune.scores import METHODS, LearnedMetric
 from taskgeom.prune.soft_merge import pullback_distance
@@ -42,6 +42,18 @@ def test_merging_at_ratio_zero_is_the_unmodified_model(cls_host, method):
     out = merged_forward(cls_host, "cls", x, 1, method, 0.0, learned(), torch.Generator().manual_seed(0))
     assert torch.equal(out, run_decoder(cls_host, "cls", x))
 
+
+
+def test_one_prefix_serves_every_method_and_is_left_as_it_was(cls_host):
+    x = torch.randn(3, 3, 32, 32)
+    prefix = unreduced_prefix(cls_host, x, 2)
+    before = prefix[0].clone()
+    for method in METHODS:  # the prune-cls stage's order: one prefix, every method in turn
+        gen = lambda: torch.Generator().manual_seed(0)
+        shared = merged_forward_from(cls_host, "cls", prefix, 2, method, 0.5, learned(), gen())
+        fresh = merged_forward(cls_host, "cls", x, 2, method, 0.5, learned(), gen())
+        assert torch.equal(shared, fresh), method
+    assert torch.equal(prefix[0], before)
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("llf", [True, False])

@@ -13,6 +13,8 @@ Methods, each removing P − ceil((1 − η)·P) patch tokens:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -44,22 +46,38 @@ def reduce_tokens(method: str, h: Tensor, stats, k: int, grid, learned: LearnedM
     return merge_into_nearest(h, size, keep, drop, cosine_distance(stats.keys, keep, drop, prefix), None, prefix)
 
 
-@torch.no_grad()
-def merged_forward(host: ProbeHost, decoder: str, images: Tensor, layer: int, method: str, ratio: float,
-                   learned: LearnedMetric | None = None, generator: torch.Generator | None = None) -> Tensor:
-    """images (B, 3, H, W) -> decoder output (B, M) with tokens reduced after block ``layer``.
-    The decoder must read only the final block (a CLS decoder)."""
+def _check(host: ProbeHost, decoder: str, layer: int) -> int:
+    """The final block's index, once ``decoder`` reads only it and ``layer`` is below it."""
     last = host.num_blocks - 1
     if tuple(host.decoder_layers(decoder)) != (last,):
         raise ValueError(f"soft merging serves decoders reading only the final block; {decoder!r} reads "
                          f"{list(host.decoder_layers(decoder))} (use hard prune + LLF)")
     if not 0 <= layer < last:
         raise ValueError(f"merge layer {layer} must be below the final block {last}")
+    return last
+
+
+@torch.no_grad()
+def unreduced_prefix(host: ProbeHost, images: Tensor, layer: int) -> tuple[Tensor, Any]:
+    """images (B, 3, H, W) -> (h (B, N, D) entering block ``layer``, the host's context): the part of
+    ``merged_forward`` that no method changes, so a caller can compute it once per batch."""
     h, ctx = host.embed(images)
+    for i in range(layer):
+        h = host.block(i, h, ctx)
+    return h, ctx
+
+
+@torch.no_grad()
+def merged_forward_from(host: ProbeHost, decoder: str, prefix: tuple[Tensor, Any], layer: int, method: str,
+                        ratio: float, learned: LearnedMetric | None = None,
+                        generator: torch.Generator | None = None) -> Tensor:
+    """``merged_forward`` from ``unreduced_prefix(host, images, layer)``: the same output, bit for bit."""
+    last = _check(host, decoder, layer)
+    h, ctx = prefix
     grid = grid_of(ctx)
     k = num_removed(grid.rows * grid.cols, ratio)
     size = None
-    for i in range(last + 1):
+    for i in range(layer, last + 1):
         if i == layer and k > 0:
             # every method but importance reads the keys (to score, or to find the nearest token)
             h, stats = (attention_block(host, i).with_stats(h) if method != "importance"
@@ -70,3 +88,12 @@ def merged_forward(host: ProbeHost, decoder: str, images: Tensor, layer: int, me
         else:
             h = host.block(i, h, ctx)
     return host.decode(decoder, {last: h}, ctx)
+
+
+def merged_forward(host: ProbeHost, decoder: str, images: Tensor, layer: int, method: str, ratio: float,
+                   learned: LearnedMetric | None = None, generator: torch.Generator | None = None) -> Tensor:
+    """images (B, 3, H, W) -> decoder output (B, M) with tokens reduced after block ``layer``.
+    The decoder must read only the final block (a CLS decoder)."""
+    _check(host, decoder, layer)
+    return merged_forward_from(host, decoder, unreduced_prefix(host, images, layer), layer, method, ratio,
+                               learned, generator)

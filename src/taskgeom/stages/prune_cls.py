@@ -22,7 +22,7 @@ from taskgeom.data.batches import digest_of
 from taskgeom.evaluate.knn import knn_correct
 from taskgeom.models.host import run_decoder
 from taskgeom.pipeline.runtime import StageContext
-from taskgeom.prune.cls_merge import merged_forward
+from taskgeom.prune.cls_merge import merged_forward_from, unreduced_prefix
 from taskgeom.prune.protocol import (
     batched,
     generator,
@@ -64,6 +64,9 @@ def run(ctx: StageContext) -> None:
         x, labels = data.x, data.labels
         seen[f"{domain}@{res}"] = {"source": source.describe(), "input_sha256": digest_of(x)}
         y0 = batched(embed, x, p["batch_size"])
+        # the blocks before the reduction, once per batch for every method, ratio and seed
+        prefixes = [unreduced_prefix(host, x[i:i + p["batch_size"]].to(ctx.device, dtype), cfg["layer"])
+                    for i in range(0, len(x), p["batch_size"])]
         base_setting = (domain, res) == (p["domains"][0], base_res)
         if base_setting:
             redundancy = near_duplicate_share(host, x, cfg["layer"], p["batch_size"], ctx.device)
@@ -76,9 +79,8 @@ def run(ctx: StageContext) -> None:
                 for seed, computed in seed_runs(method, p["seeds"]):
                     if computed:
                         gen = generator(seed, int(ratio * 1000), res)
-                        y = batched(lambda b: merged_forward(host, cfg["decoder"], b.to(ctx.device, dtype),
-                                                             cfg["layer"], method, ratio, learned[seed], gen).cpu(),
-                                    x, p["batch_size"])
+                        y = torch.cat([merged_forward_from(host, cfg["decoder"], prefix, cfg["layer"], method, ratio,
+                                                           learned[seed], gen).cpu() for prefix in prefixes])
                         deg = (100.0 * (1.0 - F_.cosine_similarity(y, y0, dim=1))).numpy()
                         hit = knn_correct(bank, bank_labels, y, labels, p["knn"]["k"],
                                           p["knn"]["temperature"]).numpy() if base_setting else None
