@@ -43,17 +43,17 @@ def test_merging_at_ratio_zero_is_the_unmodified_model(cls_host, method):
     assert torch.equal(out, run_decoder(cls_host, "cls", x))
 
 
-
 def test_one_prefix_serves_every_method_and_is_left_as_it_was(cls_host):
     x = torch.randn(3, 3, 32, 32)
     prefix = unreduced_prefix(cls_host, x, 2)
     before = prefix[0].clone()
+    gen = lambda: torch.Generator().manual_seed(0)
     for method in METHODS:  # the prune-cls stage's order: one prefix, every method in turn
-        gen = lambda: torch.Generator().manual_seed(0)
         shared = merged_forward_from(cls_host, "cls", prefix, 2, method, 0.5, learned(), gen())
         fresh = merged_forward(cls_host, "cls", x, 2, method, 0.5, learned(), gen())
         assert torch.equal(shared, fresh), method
     assert torch.equal(prefix[0], before)
+
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("llf", [True, False])
