@@ -1,5 +1,6 @@
-"""The Snakefile's ``onsuccess`` commit to DVC (``sync.commit_to_dvc``), killed while it writes
-dvc.lock, leaves the previous dvc.lock (``pipeline/dvc_atomic.py``)."""
+"""The Snakefile's ``onsuccess`` commit to DVC (``sync.commit_to_dvc``) and the environment's
+``dvc repro``, killed while they write dvc.lock or DVC's rwlock, leave the previous file
+(``pipeline/dvc_atomic.py``)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,14 @@ def dvc_repository(root: Path) -> Path:
     return root
 
 
+def hook(tmp_path: Path, sitecustomize: str) -> Path:
+    """A directory whose ``sitecustomize.py`` (``sitecustomize``) every Python process with it on
+    PYTHONPATH loads."""
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook/sitecustomize.py").write_text(sitecustomize)
+    return tmp_path / "hook"
+
+
 def test_a_commit_killed_while_writing_dvc_lock_leaves_the_previous_dvc_lock(tmp_path, monkeypatch):
     root = dvc_repository(tmp_path / "repository")
     monkeypatch.chdir(root)  # where the Snakefile's onsuccess runs it
@@ -63,10 +72,7 @@ def test_a_commit_killed_while_writing_dvc_lock_leaves_the_previous_dvc_lock(tmp
     assert set(yaml.safe_load(before)["stages"]) == {"check-params", "copy"}
 
     (root / "copy.txt").write_text("changed\n")  # something new for the next commit to record
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(KILL_WHILE_DUMPING)
-    monkeypatch.setenv("PYTHONPATH", str(hook))
+    monkeypatch.setenv("PYTHONPATH", str(hook(tmp_path, KILL_WHILE_DUMPING)))
     with pytest.raises(subprocess.CalledProcessError) as killed:
         commit_to_dvc(["cp params.ok copy.txt"], root)
     assert killed.value.returncode == -9
@@ -86,13 +92,46 @@ def test_the_environments_dvc_killed_while_writing_dvc_lock_leaves_the_previous_
     subprocess.run(dvc, cwd=root, check=True)
     before = (root / "dvc.lock").read_bytes()
     (root / "params.ok").write_text("changed\n")
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(KILL_WHILE_DUMPING)
-    monkeypatch.setenv("PYTHONPATH", str(hook))
+    monkeypatch.setenv("PYTHONPATH", str(hook(tmp_path, KILL_WHILE_DUMPING)))
     assert subprocess.run(dvc, cwd=root).returncode == -9
     assert (root / "dvc.lock").read_bytes() == before
     monkeypatch.delenv("PYTHONPATH")
     subprocess.run(dvc, cwd=root, check=True)  # and the next run reads it and records its own
     assert set(yaml.safe_load((root / "dvc.lock").read_text())["stages"]) == {"check-params", "copy"}
     assert not leftovers(root / "dvc.lock")
+
+
+# DVC's rwlock edit (``dvc.rwlock._edit_rwlock``), given the lock's contents, writes half of them
+# to its file, flushes, and the process kills itself: the first stage ``dvc repro`` starts.
+KILL_WHILE_WRITING_RWLOCK = """\
+import json, os, signal, types
+import dvc.rwlock
+
+def half_then_sigkill(obj, stream):
+    text = json.dumps(obj)
+    stream.write(text[: len(text) // 2])
+    stream.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+dvc.rwlock.json = types.SimpleNamespace(load=json.load, dump=half_then_sigkill, JSONDecodeError=json.JSONDecodeError)
+"""
+
+
+@pytest.mark.parametrize("launcher", ["dvc's own", "the environment's"])
+def test_a_dvc_repro_killed_while_writing_the_rwlock(launcher, tmp_path, monkeypatch):
+    """DVC's own ``dvc`` leaves an rwlock every later run refuses; the environment's leaves the
+    previous one, which the next run reads, and that run removes the half-written temporary file."""
+    root = dvc_repository(tmp_path / "repository")
+    own = launcher == "dvc's own"
+    dvc = [sys.executable, "-m", "dvc"] if own else [str(Path(sys.executable).with_name("dvc"))]
+    monkeypatch.setenv("PYTHONPATH", str(hook(tmp_path, KILL_WHILE_WRITING_RWLOCK)))
+    assert subprocess.run([*dvc, "repro", "--quiet"], cwd=root).returncode == -9
+    assert bool(leftovers(root / ".dvc/tmp/rwlock")) != own  # the environment's half-written file
+    monkeypatch.delenv("PYTHONPATH")
+    rerun = subprocess.run([*dvc, "repro"], cwd=root, capture_output=True, text=True)
+    if own:
+        assert rerun.returncode != 0 and "Unable to read RWLock-file" in rerun.stderr, rerun.stderr
+        return
+    assert rerun.returncode == 0, rerun.stderr
+    assert set(yaml.safe_load((root / "dvc.lock").read_text())["stages"]) == {"check-params", "copy"}
+    assert not leftovers(root / ".dvc/tmp/rwlock")

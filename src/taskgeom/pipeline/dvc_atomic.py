@@ -1,11 +1,18 @@
-"""``dvc`` with its YAML files written atomically: ``python -m taskgeom.pipeline.dvc_atomic ARGS``
-runs ``dvc ARGS``.
+"""``dvc`` with its YAML files and its rwlock written atomically:
+``python -m taskgeom.pipeline.dvc_atomic ARGS`` runs ``dvc ARGS``.
 
 DVC writes dvc.lock (and dvc.yaml) by opening it for writing, which truncates it, and then
 dumping the YAML into it (``dvc.utils.serialize._common._dump_data``). A process killed in
 between leaves a truncated dvc.lock, and every later ``dvc`` command and Snakemake run stops on
 "'./dvc.lock' validation failed". Here each such dump is rendered to a string first and written
 through ``atomic_path``: a kill at any moment leaves either the previous file or the new one.
+
+DVC records the paths each running stage reads and writes in ``.dvc/tmp/rwlock``, a JSON file it
+rewrites the same way (truncate, then dump; ``dvc.rwlock._edit_rwlock``) as a stage starts and
+ends. A kill in between leaves it empty or cut, and every later ``dvc repro`` stops on "Unable to
+read RWLock-file". Here its writes go through ``atomic_path`` too. DVC makes them holding its
+``rwlock.lock``, so a temporary file that the holder of that lock finds beside the rwlock was left
+by a writer killed before its rename, and is removed.
 
 The commit the Snakefile's ``onsuccess`` runs (``sync.commit_to_dvc``, through ``dvc_commit``)
 writes through this module, and so does every ``dvc`` command of the project's environment: its
@@ -18,12 +25,15 @@ from __future__ import annotations
 
 import io
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from taskgeom.artifacts.atomic import atomic_path
+from taskgeom.artifacts.atomic import atomic_path, leftovers
 from taskgeom.pipeline.dvc_lock_parse import patch_lock_parse
+
+RWLOCK = "rwlock"  # DVC's rwlock file, in its tmp directory (dvc.rwlock.RWLOCK_FILE)
 
 
 def atomic_dump(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -42,13 +52,54 @@ def atomic_dump(original: Callable[..., Any]) -> Callable[..., Any]:
     return dump
 
 
+class AtomicWrites:
+    """A local DVC file system ``fs`` whose ``open(path, "w", ...)`` writes through ``atomic_path``;
+    everything else is ``fs``'s."""
+
+    def __init__(self, fs: Any) -> None:
+        self._fs = fs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fs, name)
+
+    @contextmanager
+    def open(self, path: Any, mode: str = "r", **kwargs: Any) -> Iterator[Any]:
+        if "w" not in mode:
+            with self._fs.open(path, mode, **kwargs) as f:
+                yield f
+            return
+        with atomic_path(Path(path)) as tmp, open(tmp, mode, **kwargs) as f:
+            yield f
+
+
+def atomic_rwlock(original: Callable[..., Any]) -> Callable[..., Any]:
+    """DVC's ``_edit_rwlock(lock_dir, fs, hardlink)`` (a context manager yielding the lock's
+    contents) writing a local rwlock atomically and removing what killed writes left beside it."""
+
+    @contextmanager
+    def edit(lock_dir: Any, fs: Any, hardlink: Any) -> Iterator[Any]:
+        if "local" not in getattr(fs, "protocol", ("local",)):
+            with original(lock_dir, fs, hardlink) as lock:
+                yield lock
+            return
+        with original(lock_dir, AtomicWrites(fs), hardlink) as lock:
+            for unfinished in leftovers(Path(lock_dir) / RWLOCK):  # under rwlock.lock: writers killed
+                unfinished.unlink(missing_ok=True)
+            yield lock
+
+    return edit
+
+
 def patch_dvc() -> None:
     """Make every YAML dump of this process's DVC atomic (``modify_yaml`` calls ``_common``'s
     ``_dump_data``; ``dump_yaml`` the name ``_yaml`` imported from it), and its updates of
-    dvc.lock parse with the safe loader."""
+    dvc.lock parse with the safe loader, and its rwlock be written atomically (``rwlock`` looks
+    ``_edit_rwlock`` up in its module at each call)."""
+    from dvc import rwlock
     from dvc.utils.serialize import _common, _yaml
 
     patch_lock_parse()
+    rwlock._edit_rwlock = atomic_rwlock(rwlock._edit_rwlock)
 
     dump = atomic_dump(_common._dump_data)
     _common._dump_data = dump
