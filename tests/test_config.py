@@ -49,6 +49,7 @@ def test_params_yaml_is_the_default_profile():
     (lambda p: p["zoo"]["tiny-cls"]["sources"].update(test="nowhere"), "zoo.tiny-cls.sources.test"),
     (lambda p: p["diagnose"]["probes"]["cls-embed-l4"].update(model="tiny-xl"), "diagnose.probes.cls-embed-l4.model"),
     (lambda p: p["world"].update(fov_deg=[70.0, 45.0]), "world.fov_deg"),
+    (lambda p: p["world"].update(room_fov_deg=[60.0, 50.0]), "world.room_fov_deg"),
     (lambda p: p["prune"].update(ratios=[0.2, 1.0]), "prune.ratios"),
     (lambda p: p["prune"]["cls"]["tiny-cls"].update(methods=["tome", "magic"]), "prune.cls.tiny-cls.methods"),
     (lambda p: p["prune"]["cls"]["tiny-cls"].update(head="nope"), "prune.cls.tiny-cls.head"),

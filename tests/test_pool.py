@@ -19,7 +19,7 @@ from taskgeom.stages import fetch
 
 WORLD = {"seed": 5, "resolution": 32, "eval_resolutions": [48], "splits": {"train": 10, "val": 3, "test": 7},
          "multiview": {"views": 2, "train": 5, "test": 3}, "num_objects": [3, 4], "fov_deg": [45.0, 60.0],
-         "room_share": 0.4, "chunk": 2}
+         "room_fov_deg": [50.0, 50.0], "room_share": 0.4, "chunk": 2}
 
 
 def square_and_pid(x: int) -> tuple[int, int]:

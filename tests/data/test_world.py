@@ -8,6 +8,7 @@ import pytest
 from taskgeom.data import world as W
 from taskgeom.data.world import (
     CLASS_NAMES,
+    FAMILIES,
     RESOLUTIONS,
     Primitive,
     Scene,
@@ -104,7 +105,8 @@ def test_spec_validation_and_as_dict():
     assert spec.as_dict() == {"num_objects": [1, 2], "fov_deg": [50.0, 50.0], "camera_distance": [4.0, 8.0],
                               "camera_height": [1.0, 4.0], "max_depth": 50.0, "room_share": 0.0,
                               "room_size": [4.5, 6.5], "room_height": [2.6, 3.4],
-                              "room_camera_distance": [2.5, 3.8], "room_camera_height": [0.9, 2.0]}
+                              "room_camera_distance": [2.5, 3.8], "room_camera_height": [0.9, 2.0],
+                              "room_fov_deg": [45.0, 70.0]}
     out = render_split(6, seed=0, resolution=64, spec=spec)
     assert out["object_id"].max() <= 2
     np.testing.assert_allclose(out["K"][..., 0, 0], 32 / np.tan(np.radians(25.0)), rtol=1e-6)
@@ -112,11 +114,29 @@ def test_spec_validation_and_as_dict():
         WorldSpec(num_objects=(4, 3))
     with pytest.raises(ValueError, match="fov_deg"):
         WorldSpec(fov_deg=(45.0, 190.0))
+    with pytest.raises(ValueError, match="room_fov_deg"):
+        WorldSpec(room_fov_deg=(0.0, 50.0))
     with pytest.raises(ValueError, match="room_share"):
         WorldSpec(room_share=1.5)
     with pytest.raises(ValueError, match="inside the walls"):
         WorldSpec(room_size=(3.0, 4.0))
 
+
+
+def test_rooms_take_their_own_field_of_view():
+    """Rooms draw their field of view from room_fov_deg, outdoor scenes from fov_deg; the draw
+    consumes the same random numbers either way, so outdoor scenes and the rooms' other
+    camera draws are those of a world whose rooms share the outdoor range."""
+    shared, fixed = WorldSpec(room_share=0.5), WorldSpec(room_share=0.5, room_fov_deg=(57.5, 57.5))
+    a, b = (render_split(12, seed=4, resolution=16, views=2, spec=s) for s in (shared, fixed))
+    room = b["family"] == FAMILIES.index("room")
+    assert room.any() and (~room).any()
+    fov = np.degrees(2 * np.arctan(8 / b["K"][..., 0, 0]))  # (S, V)
+    np.testing.assert_allclose(fov[room], 57.5, rtol=1e-5)
+    assert np.ptp(np.degrees(2 * np.arctan(8 / a["K"][room][..., 0, 0]))) > 1.0
+    for key in ("rgb", "depth", "K", "cam_to_world"):
+        np.testing.assert_array_equal(a[key][~room], b[key][~room])
+    np.testing.assert_array_equal(a["cam_to_world"][room], b["cam_to_world"][room])
 
 # --------------------------------------------------------------------------- geometry
 

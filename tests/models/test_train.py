@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow  # trains tiny zoo models for tens of steps
 
 WORLD = {"seed": 3, "resolution": 32, "eval_resolutions": [], "splits": {"train": 96, "val": 4, "test": 32},
          "multiview": {"views": 2, "train": 16, "test": 8}, "num_objects": [3, 4], "fov_deg": [45.0, 60.0],
-         "room_share": 0.4, "chunk": 32}
+         "room_fov_deg": [50.0, 50.0], "room_share": 0.4, "chunk": 32}
 MODELS = {
     "tiny-cls": dict(kind="cls", embed_dim=32, depth=2, num_heads=2, patch_size=8),
     "tiny-dpt": dict(kind="dpt", embed_dim=32, depth=2, num_heads=2, patch_size=8, read_layers=[0, 1, 1, 1],

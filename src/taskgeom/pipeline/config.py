@@ -82,7 +82,7 @@ def cross_checks(params: dict) -> list[str]:
             problems.append(f"{key}.output_metric: so3 applies to the camera decoder only")
     problems += source_checks(params) + learn_checks(params) + prune_checks(params) + retrieval_checks(params)
     world = params["world"]
-    for key in ("num_objects", "fov_deg"):
+    for key in ("num_objects", "fov_deg", "room_fov_deg"):
         lo, hi = world[key]
         if lo > hi:
             problems.append(f"world.{key}: lower bound {lo} exceeds upper bound {hi}")

@@ -164,7 +164,7 @@ def draw_samples(ctx: StageContext, count: int = 4) -> None:
 def run(ctx: StageContext) -> None:
     world = ctx.params["world"]
     spec = WorldSpec(num_objects=tuple(world["num_objects"]), fov_deg=tuple(world["fov_deg"]),
-                     room_share=float(world["room_share"]))
+                     room_fov_deg=tuple(world["room_fov_deg"]), room_share=float(world["room_share"]))
     for split in SPLIT_IDS:
         build_split(ctx, split, spec)
     write_table(summarise(ctx, spec.max_depth), ctx.outputs["summary_csv"], ctx.outputs["summary_md"],

@@ -150,7 +150,7 @@ def sample_cameras(scene: Scene, seed: int, index: int, views: int, spec: WorldS
         room = scene.room is not None
         distance = rng.uniform(*(spec.room_camera_distance if room else spec.camera_distance))
         height = rng.uniform(*(spec.room_camera_height if room else spec.camera_height))
-        fov = rng.uniform(*spec.fov_deg)
+        fov = rng.uniform(*(spec.room_fov_deg if room else spec.fov_deg))
         jitter = rng.normal(0.0, 0.1, 3)
         # Later views stay within ±60° of the first view's azimuth, so views overlap
         # (as in multi-view reconstruction data) and their relative pose is learnable.

@@ -22,7 +22,10 @@ class WorldSpec:
 
     `camera_distance` is the horizontal distance from the main object,
     `camera_height` the camera's height above the ground; `room_*` the same
-    inside rooms, whose half-widths are `room_size` and ceiling `room_height`.
+    inside rooms, whose half-widths are `room_size` and ceiling `room_height`;
+    `room_fov_deg` is the rooms' field of view; the profiles give it a single
+    value, as NYU-Depth-V2 comes from one camera, so that a room's metric depth
+    is not confounded with an unknown focal length.
     `room_share` is the probability that a scene is a room.
     """
 
@@ -36,17 +39,20 @@ class WorldSpec:
     room_height: tuple[float, float] = (2.6, 3.4)
     room_camera_distance: tuple[float, float] = (2.5, 3.8)
     room_camera_height: tuple[float, float] = (0.9, 2.0)
+    room_fov_deg: tuple[float, float] = (45.0, 70.0)
 
     def __post_init__(self) -> None:
         for name in ("num_objects", "fov_deg", "camera_distance", "camera_height", "room_size", "room_height",
-                     "room_camera_distance", "room_camera_height"):
+                     "room_camera_distance", "room_camera_height", "room_fov_deg"):
             lo, hi = getattr(self, name)
             if not lo <= hi:
                 raise ValueError(f"WorldSpec.{name}: expected (low, high) with low <= high, got {(lo, hi)}")
         if self.num_objects[0] < 1:
             raise ValueError(f"WorldSpec.num_objects: need at least the main object, got {self.num_objects}")
-        if not (0.0 < self.fov_deg[0] and self.fov_deg[1] < 180.0):
-            raise ValueError(f"WorldSpec.fov_deg: expected degrees in (0, 180), got {self.fov_deg}")
+        for name in ("fov_deg", "room_fov_deg"):
+            lo, hi = getattr(self, name)
+            if not (0.0 < lo and hi < 180.0):
+                raise ValueError(f"WorldSpec.{name}: expected degrees in (0, 180), got {(lo, hi)}")
         if self.camera_height[0] <= 0.0 or self.max_depth <= 0.0:
             raise ValueError("WorldSpec: camera_height and max_depth must be positive")
         if not 0.0 <= self.room_share <= 1.0:
