@@ -29,16 +29,17 @@ import torch
 
 from taskgeom.artifacts.atomic import write_text
 from taskgeom.data.sources import open_indexed, world_arrays
+from taskgeom.data.world import FAMILIES
 from taskgeom.data.world.camera import backproject, relative_pose
-from taskgeom.evaluate.tasks import SKY_FRACTION, camera_errors
-from taskgeom.models.train import mv_targets, to_input
+from taskgeom.evaluate.tasks import camera_errors, pose_encoding, valid_depth
+from taskgeom.models.train import to_input
 from taskgeom.models.zoo import load_named
 from taskgeom.pipeline import config
 from taskgeom.pipeline.runtime import code_version
 
 OUT = Path("results/benchmarks")
 DEPTH_TOLERANCE = 0.05  # relative
-KEYS = ("rgb", "depth", "label", "K", "cam_to_world", "family")
+KEYS = ("rgb", "depth", "K", "cam_to_world", "family")
 
 
 def turn_deg(cam_to_world: np.ndarray) -> np.ndarray:
@@ -53,7 +54,7 @@ def correspondences(depth: np.ndarray, K: np.ndarray, cam_to_world: np.ndarray, 
     pixel indices (P,) into H·W, the flat indices (Q,) into H·W of those view 1 sees, and the
     flat indices (Q,) in view 1 of the same points."""
     H, W = depth.shape[-2:]
-    valid = np.flatnonzero(depth[0].reshape(-1) < SKY_FRACTION * max_depth)
+    valid = np.flatnonzero(valid_depth(depth[0].reshape(-1), max_depth))
     X0 = backproject(depth[0], K[0]).reshape(-1, 3)[valid]
     T10 = relative_pose(cam_to_world[1], cam_to_world[0])
     q = (X0 @ T10[:3, :3].T + T10[:3, 3]) @ K[1].astype(np.float64).T
@@ -85,8 +86,10 @@ def main() -> None:
                for role in ("train", "test")}
     max_depth = sources["test"].max_depth
     test = world_arrays(sources["test"], KEYS, "test")
-    test["pose"] = mv_targets(test)["pose"]
-    mean_pose = mv_targets(world_arrays(sources["train"], KEYS[:5], "train"))["pose"].mean(axis=0)
+    size = test["rgb"].shape[-2]
+    test["pose"] = pose_encoding(test["cam_to_world"], test["K"], size)
+    train = world_arrays(sources["train"], ("K", "cam_to_world"), "train")
+    mean_pose = pose_encoding(train["cam_to_world"], train["K"], size).mean(axis=0)
     ours = pose_predictions(test["rgb"])
     turn = turn_deg(test["cam_to_world"])
     rng = np.random.default_rng(0)
@@ -99,6 +102,7 @@ def main() -> None:
         matched.append(np.abs(c0 - c1).mean() if len(c0) else np.nan)
         shuffled.append(np.abs(c0 - c0[rng.permutation(len(c0))]).mean() if len(c0) else np.nan)
     covisible, matched, shuffled = map(np.asarray, (covisible, matched, shuffled))
+    room = test["family"] == FAMILIES.index("room")
     rows = []
     edges = list(zip(args.bands[:-1], args.bands[1:])) + [(args.bands[0], args.bands[-1])]
     for lo, hi in edges:
@@ -106,7 +110,7 @@ def main() -> None:
         if not k.any():
             continue
         trivial = np.ascontiguousarray(np.broadcast_to(mean_pose, test["pose"][k].shape))
-        rows.append({"turn_deg": f"{lo:g}–{hi:g}", "groups": int(k.sum()), "rooms": int((test["family"][k] == 1).sum()),
+        rows.append({"turn_deg": f"{lo:g}–{hi:g}", "groups": int(k.sum()), "rooms": int(room[k].sum()),
                      "covisible": covisible[k].mean(), "colour_err": np.nanmean(matched[k]),
                      "colour_err_unmatched": np.nanmean(shuffled[k]),
                      "rot_err_tiny_mv": camera_errors(ours[k], test["pose"][k])["rot_err_deg"],

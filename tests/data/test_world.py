@@ -122,7 +122,6 @@ def test_spec_validation_and_as_dict():
         WorldSpec(room_size=(3.0, 4.0))
 
 
-
 def test_rooms_take_their_own_field_of_view():
     """Rooms draw their field of view from room_fov_deg, outdoor scenes from fov_deg; the draw
     consumes the same random numbers either way, so outdoor scenes and the rooms' other
@@ -137,6 +136,7 @@ def test_rooms_take_their_own_field_of_view():
     for key in ("rgb", "depth", "K", "cam_to_world"):
         np.testing.assert_array_equal(a[key][~room], b[key][~room])
     np.testing.assert_array_equal(a["cam_to_world"][room], b["cam_to_world"][room])
+
 
 # --------------------------------------------------------------------------- geometry
 
