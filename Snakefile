@@ -13,7 +13,7 @@ sys.path.insert(0, f"{workflow.basedir}/src")  # this checkout's registry, whate
 from taskgeom.pipeline import config as taskgeom_config
 from taskgeom.pipeline.dag import snakemake_rule
 from taskgeom.pipeline.registry import final_outputs
-from taskgeom.pipeline.schedule import COSTS, priorities
+from taskgeom.pipeline.schedule import priorities
 from taskgeom.pipeline.sync import commit_to_dvc, follow_dvc
 
 min_version("9.0")

@@ -78,7 +78,7 @@ def report_outputs(name, outputs):
 
 
 # Ready jobs start longest remaining path first (taskgeom.pipeline.schedule).
-PRIORITIES = priorities(config, Path(workflow.basedir) / COSTS)
+PRIORITIES = priorities(config)
 
 
 def stage_rule(name):

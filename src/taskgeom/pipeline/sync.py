@@ -24,7 +24,9 @@ newer than its inputs, stage by stage in the registry's order (which is
 topological). Snakemake then reruns exactly what DVC would, and a later parameter edit still
 reruns its stages under Snakemake.
 
-Stages outside a run are left as the other front end last recorded them.
+Stages outside a run are left as the other front end last recorded them. Both directions rest
+on the two tools' internals, so loading this module stops unless each is the version they were
+tested with (``tools``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ from taskgeom.pipeline.config import select
 from taskgeom.pipeline.dag import snakemake_rule
 from taskgeom.pipeline.registry import instances
 from taskgeom.pipeline.stage import Stage, param_keys, resolve
+from taskgeom.pipeline.tools import require
+
+require("snakemake", "dvc")  # its records imitate this Snakemake's; its commit patches this DVC
 
 CHECK_PARAMS = "check-params"
 DVC_RWLOCK = Path(".dvc/tmp/rwlock")  # DVC's record of the paths a running stage reads and writes
