@@ -23,7 +23,9 @@ whether any returned tensor requires grad. Results: results/benchmarks/diagnose_
 (and diagnose_paper_scale.{csv,md}, diagnose_plain_vit.{csv,md}). All ratios come from timings
 taken in this one run.
 
-    python benchmarks/diagnose_cost.py [--images 3] [--repeats 3] [--paper-scale] [--plain-vit] [--device cpu]
+    python benchmarks/diagnose_cost.py [--images 3] [--repeats 3] [--paper-scale] [--plain-vit] [--no-probes]
+                                       [--device cpu]
+--no-probes: the --paper-scale and --plain-vit cases alone (no params.yaml probe, no finished run needed).
 """
 
 from __future__ import annotations
@@ -42,14 +44,13 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import torch
+from stamp import write_stamped
 
 from taskgeom import diagnostics
-from taskgeom.artifacts.atomic import write_text
 from taskgeom.diagnostics import diagnose, diagnose_exact
 from taskgeom.linalg.operator import JacobianOperator
 from taskgeom.models import zoo
 from taskgeom.pipeline import config
-from taskgeom.pipeline.runtime import code_version
 from taskgeom.probes import Probe, ProbeMap
 from taskgeom.stages.diagnose import accuracy, probe_images
 
@@ -241,9 +242,7 @@ def plain_vit(device: str, repeats: int) -> list[dict]:
 
 
 def write(df: pd.DataFrame, stem: str, title: str) -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
-    write_text(OUT / f"{stem}.csv", df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
-    write_text(OUT / f"{stem}.md", f"{title}\n\n{df.to_markdown(index=False, floatfmt='.4g')}\n")
+    write_stamped(OUT, stem, df, f"{title}\n\n{df.to_markdown(index=False, floatfmt='.4g')}", float_format="%.6g")
 
 
 def main() -> int:
@@ -256,17 +255,23 @@ def main() -> int:
     ap.add_argument("--paper-scale", action="store_true")
     ap.add_argument("--plain-vit", action="store_true", help="also a plain timm ViT closure, unfrozen and frozen")
     ap.add_argument("--only-plain-vit", action="store_true", help="the plain timm ViT cases alone")
+    ap.add_argument("--no-probes", action="store_true", help="the --paper-scale and --plain-vit cases alone")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--suffix", default="", help="appended to the output names, e.g. _gpu")
     args = ap.parse_args()
     params = config.load(args.params)
-    header = (f"taskgeom {code_version()}, torch {torch.__version__}, {platform.node()} {args.device}, "
+    header = (f"torch {torch.__version__}, {platform.node()} {args.device}, "
               f"{torch.get_num_threads()} threads")
     if args.plain_vit or args.only_plain_vit:
         write(pd.DataFrame(plain_vit(args.device, args.repeats)), f"diagnose_plain_vit{args.suffix}",
               f"`diagnose` as the README calls it on a plain timm ViT closure, unfrozen and frozen ({header}).")
         if args.only_plain_vit:
             return 0
+    if args.paper_scale:
+        write(pd.DataFrame([paper_scale(args.device)]), f"diagnose_paper_scale{args.suffix}",
+              f"Paper-scale probe ({header}).")
+    if args.no_probes:
+        return 0
     rows = []
     for name, spec in params["diagnose"]["probes"].items():
         if args.probes and name not in args.probes:
@@ -291,9 +296,6 @@ def main() -> int:
     write(summary, f"diagnose_cost{args.suffix}", f"One `diagnose` per image at the defaults ({header}); "
           f"mean over {args.images} images per probe.")
     write(per_image, f"diagnose_cost_images{args.suffix}", f"Per image ({header}).")
-    if args.paper_scale:
-        write(pd.DataFrame([paper_scale(args.device)]), f"diagnose_paper_scale{args.suffix}",
-              f"Paper-scale probe ({header}).")
     print(summary.to_markdown(index=False, floatfmt=".3g"))
     return 0
 
