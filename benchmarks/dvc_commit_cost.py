@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     medians = table.groupby(["instances", "targets", "command"])["seconds"].median().unstack("command")
     medians["ratio"] = (medians["dvc commit"] / medians["dvc_commit"]).round(2)
     medians = medians.reset_index()
-    summary = (f"{args.repeats} commits of each kind per count, alternating, on copies of the finished run in "
-               f"{args.repo}; both wrote the same dvc.lock. "
+    summary = (f"{args.repeats} commits of each kind per count, alternating, on copies of a finished run "
+               f"of the {params['profile']} profile; both wrote the same dvc.lock. "
                f"Python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}.")
     write_stamped(
         args.out, "dvc_commit", table,

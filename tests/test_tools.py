@@ -44,6 +44,13 @@ SIGNATURES = {
         "remote: Optional[str] = None, remote_config: Optional[ForwardRef('DictStrAny')] = None, "
         "_wait_for_lock: bool = False)",
     "dvc.repo:locked": "(f)",
+    # what pipeline/dvc_commit.py calls to commit as Repo.commit does
+    "dvc.repo.stage:StageLoad.collect_granular":
+        "(self, target: Optional[str] = None, with_deps: bool = False, recursive: bool = False, "
+        "graph: Optional[ForwardRef('DiGraph')] = None) -> list[dvc.repo.stage.StageInfo]",
+    "dvc.stage:Stage.save": "(self, allow_missing: bool = False, run_cache: bool = True)",
+    "dvc.stage:Stage.commit": "(self, allow_missing=False, filter_info=None, **kwargs) -> None",
+    "dvc.dvcfile:ProjectFile.dump_stages": "(self, stages, update_pipeline=True, update_lock=True, **kwargs)",
     "timm.models.vision_transformer:VisionTransformer._pos_embed": "(self, x: torch.Tensor) -> torch.Tensor",
     "transformers:PreTrainedModel.set_attn_implementation":
         "(self, attn_implementation: str | dict, allow_all_kernels: bool = False)",
