@@ -6,7 +6,7 @@ say which code they measured. Two sets:
 
 - ``QUICK`` (``make benchmarks``): benchmarks that need the checkout alone; any model they would
   take from a finished run (data/zoo) is replaced by seeded random weights of its architecture
-  when the run has not happened. Minutes on 2 cores.
+  when the run has not happened. About half an hour on 2 cores.
 - ``--long`` (``make benchmarks-long``): first the default profile's whole DAG in this checkout,
   sampled (``stage_profile.py . --run``: the default run profile, about an hour on 2 cores),
   then ``QUICK`` and ``AFTER_RUN`` on its outputs, then the crash, fault and commit benchmarks
