@@ -19,8 +19,9 @@ MEANING = {
     "marginal-kappa-high-cv": "No faithful rank-r metric (κ_cap(r) < 0.9), but a few tokens carry the sensitivity "
                               "(high token CV), so per-token scoring works: distil the spectral token energy e_t "
                               "into an importance head (§4.3 DINOv2 CLS, §5.4–5.5, ρ = 0.998 there).",
-    "rich-spectrum": "The energy spreads over far more than r directions (effective rank or r_0.90 beyond 5r): no "
-                     "practical rank budget holds it in this feature space. Put a VAE bottleneck on the decoder's "
+    "rich-spectrum": "The energy spreads over more directions than rank r holds (effective rank or r_0.90 beyond "
+                     "5r, or κ_cap(r) < 0.9 with low token CV): no practical rank budget holds it in this feature "
+                     "space. Put a VAE bottleneck on the decoder's "
                      "input and learn the metric in its latent space with an SPN (§6: VGGT depth, effective rank "
                      "282 → 30–53).",
 }

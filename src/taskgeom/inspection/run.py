@@ -118,13 +118,15 @@ def inspect_model(model: nn.Module | ProbeHost, images: Sequence[Tensor], names:
     """
     if not len(images):
         raise ValueError("inspect: no images")
-    flags, training = requires_grad_flags(model), model.training
+    module = model if isinstance(model, nn.Module) else None
+    flags, training = (requires_grad_flags(module), module.training) if module is not None else ({}, False)
     host = as_host(model)
     try:
         return _run(host, images, names, decoder, layers, dict(r=r, num_probes=num_probes, power_iters=power_iters,
                                                               seed=seed), bootstrap, progress)
     finally:
-        restore_flags(model, flags, training)
+        if module is not None:
+            restore_flags(module, flags, training)
 
 
 def _run(host: ProbeHost, images, names, decoder, layers, settings: dict, bootstrap, progress) -> Inspection:

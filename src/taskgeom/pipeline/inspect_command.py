@@ -77,8 +77,11 @@ def _model_args(pairs: list[str]) -> dict:
 
 
 def _provenance(args: argparse.Namespace, files: list[Path], cfg: dict) -> dict:
+    import json
+
     from taskgeom.pipeline.runtime import code_version, machine
 
+    cfg = json.loads(json.dumps(cfg, default=str))  # processor settings may hold enums and other objects
     settings = {k: v for k, v in vars(args).items() if k not in ("func", "command")}
     return {"stage": "inspect", "code_version": code_version(), "params": settings, "device": "cpu",
             "machine": machine("cpu"), "input": {"images": args.images, "files": [str(f) for f in files],
