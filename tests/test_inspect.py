@@ -72,11 +72,12 @@ def test_command_line_on_a_timm_model_with_local_weights(folder, tmp_path):
     out = tmp_path / "out"
     cmd = [str(BIN / "taskgeom"), "inspect", "--timm", "deit_tiny_distilled_patch16_224", "--weights", str(weights),
            "--model-args", *[f"{k}={v}" for k, v in args.items()], "--input-size", "32", "--images", str(folder),
-           "--r", "8", "--num-probes", "16", "--threads", "1", "--out", str(out)]
+           "--r", "8", "--num-probes", "16", "--threads", "1", "--per-image", "--out", str(out)]
     proc = subprocess.run(cmd, env=tool_env(warm=False), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "layers [0, 1] of 3 blocks (default: a middle and a late block)" in proc.stdout
     assert "Tool:" in proc.stdout and "Command:" in proc.stdout
+    assert "nested/cmyk.jpg  32×32  1" in proc.stdout           # --per-image: image, input size, layer, values
     record = json.loads((out / "inspect.json").read_text())
     assert record["decoder"] == "logits" and record["layers"] == [0, 1]
     assert len(record["images"]) == 4 and record["probes"][0]["images"][0]["output_dim"] == 12

@@ -48,6 +48,17 @@ def table(ins: Inspection, model: str) -> str:
     return "\n".join([title, line(head), line(["-" * w for w in widths]), *map(line, rows)])
 
 
+def per_image(ins: Inspection) -> str:
+    """Every image's values at every layer, one line each."""
+    head = ["image", "size", "layer", *[label for _, label, _ in COLUMNS]]
+    rows = [[row["image"], f"{row['height']}×{row['width']}", str(res.layer),
+             *[fmt.format(row[key]) for key, _, fmt in COLUMNS]] for i in range(len(ins.names))
+            for res in ins.results for row in [res.rows[i]]]
+    widths = [max(len(r[k]) for r in [head, *rows]) for k in range(len(head))]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+    return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
+
+
 def as_json(ins: Inspection, model: str, provenance: dict, adapter: str | None = None) -> dict:
     """The whole inspection as JSON-ready values."""
     texts = readings(ins, model, adapter)

@@ -37,6 +37,7 @@ def add_parser(sub) -> None:
     p.add_argument("--power-iters", default="2", help="power iterations q, or 'auto' (default 2)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.add_argument("--per-image", action="store_true", help="also print every image's values")
     p.add_argument("--out", default="inspect", metavar="DIR", help="where inspect.json and inspect.png go")
     p.set_defaults(func=run)
 
@@ -126,6 +127,8 @@ def _run(args: argparse.Namespace) -> int:
     label = args.timm or str(Path(args.hf).name)
     record = output.write(ins, label, args.out, _provenance(args, files, cfg), adapter)
     print(output.table(ins, label))
+    if args.per_image:
+        print("\n" + output.per_image(ins))
     for probe in record["probes"]:
         print("\n" + probe["reading"])
     print(f"\nwrote {Path(args.out) / 'inspect.json'} and {Path(args.out) / 'inspect.png'}")
