@@ -99,7 +99,8 @@ def test_timm_architectures(name, kwargs, prefix, folder):
     torch.manual_seed(0)
     model = build_timm(name, **SMALL, **kwargs).to(torch.bfloat16)
     model.train()
-    transform, cfg = timm_transform(model, kwargs["img_size"])
+    transform, cfg = timm_transform(model)                     # at the size it was built for
+    assert cfg["input_size"] == [3, kwargs["img_size"], kwargs["img_size"]]
     images = [transform(read_rgb(f)) for f in image_files(folder)[:2]]
     ins = inspect_model(model, images, layers=[1], **FAST)
     row = ins.results[0].rows[0]

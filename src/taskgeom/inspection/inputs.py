@@ -42,11 +42,19 @@ def read_rgb(path: Path) -> Image.Image:
 
 
 def timm_transform(model: nn.Module, input_size: int | None = None) -> tuple[Transform, dict]:
-    """timm's evaluation transform from the model's data config (its input size, or ``input_size``
-    square); and the config, for the provenance."""
+    """timm's evaluation transform from the model's data config, at ``input_size`` (square) or
+    else at the size the model was built for (its patch embedding's ``img_size``, which
+    ``create_model(img_size=…)`` sets and the pretrained config does not); and the config, for the
+    provenance."""
     from timm.data import create_transform, resolve_data_config
 
-    overrides = {"input_size": (3, input_size, input_size)} if input_size else {}
+    built = getattr(getattr(model, "patch_embed", None), "img_size", None)
+    if input_size:
+        overrides = {"input_size": (3, input_size, input_size)}
+    elif built is not None:
+        overrides = {"input_size": (3, *tuple(built))}
+    else:
+        overrides = {}
     cfg = resolve_data_config(overrides, model=model)
     return create_transform(**cfg, is_training=False), {k: (list(v) if isinstance(v, tuple) else v)
                                                         for k, v in cfg.items()}

@@ -25,7 +25,8 @@ def add_parser(sub) -> None:
     p.add_argument("--weights", metavar="FILE", help="local weights for --timm (.safetensors, .pth, .bin)")
     p.add_argument("--model-args", nargs="+", default=[], metavar="KEY=VALUE",
                    help="--timm: timm.create_model arguments, e.g. num_classes=10 depth=6 (values read as YAML)")
-    p.add_argument("--input-size", type=int, metavar="S", help="--timm: square input side (default: the model's)")
+    p.add_argument("--input-size", type=int, metavar="S",
+                   help="--timm: square input side (default: the size the model is built for)")
     p.add_argument("--images", required=True, metavar="DIR", help="a folder of images, read recursively")
     p.add_argument("--max-images", type=int, default=20, metavar="N", help="the first N images, sorted (default 20)")
     p.add_argument("--decoder", help="cls, logits, depth or linear (default: the model's own head)")
