@@ -171,11 +171,21 @@ def test_hugging_face_directories(which, decoder, tokens, hf_dirs, folder):
     ins = inspect_model(model, images, **FAST)
     assert ins.decoder == decoder and ins.layers == [0, 1]
     assert ins.results[0].rows[0]["tokens"] == tokens and no_grad_anywhere(ins)
+    assert all(p.requires_grad for p in model.parameters())    # from_pretrained's, given back as they were
     x = images[0][None]
     with torch.no_grad():       # the host's decoder is the model's own forward
         out = model(pixel_values=x)
         theirs = out.logits if decoder == "logits" else out.pooler_output
         torch.testing.assert_close(run_decoder(as_host(model), decoder, x), theirs)
+
+
+def test_a_model_built_in_memory_with_fused_attention():
+    from transformers import ViTConfig, ViTModel
+
+    model = ViTModel(ViTConfig(image_size=28, patch_size=7, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=64, attn_implementation="sdpa"))
+    ins = inspect_model(model, [torch.randn(3, 28, 35)], **FAST)      # non-square: 4×5 patches
+    assert ins.decoder == "cls" and ins.results[0].rows[0]["tokens"] == 1 + 20
 
 
 def test_depth_head_on_mixed_sizes_agrees_with_the_dense_jacobian(hf_dirs, folder):
