@@ -251,16 +251,7 @@ def forget_published(paths) -> None:
 
 def readable(f: h5py.File, names, block: int = 256) -> bool:
     """Every row of every dataset ``names`` decodes. A kill mid-write can leave a file that
-    opens but whose chunk index or written chunks are damaged (HDF5 keeps no journal).
-
-    Args:
-        f: the open file.
-        names: dataset paths.
-        block: rows read at a time.
-
-    Returns:
-        Whether every row reads back.
-    """
+    opens but whose chunk index or written chunks are damaged (HDF5 keeps no journal)."""
     try:
         for name in names:
             for start in range(0, f[name].shape[0], block):
