@@ -55,7 +55,7 @@ def batches(data: dict[str, np.ndarray], device: str, size: int = EVAL_BATCH):
 
 
 def log_depth_l1(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
-    """Mean |log pred − log target| over the masked pixels.
+    """Mean |log pred − log target| over the masked pixels, a scalar.
 
     Args:
         pred: (B, ...) predicted depth (clamped at 1e-6).
