@@ -142,7 +142,7 @@ class DepthAnythingHost(nn.Module):
             ctx: ``embed``'s Grid.
 
         Returns:
-            (B, H·W) relative depth, H = rows·patch, W = cols·patch.
+            (B, H·W) predicted depth, H = rows·patch, W = cols·patch.
         """
         rows, cols = ctx.rows, ctx.cols
         norm = self.model.backbone.layernorm

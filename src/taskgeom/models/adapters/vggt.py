@@ -204,7 +204,7 @@ class VGGTHost(nn.Module):
             images: (B, V, 3, H, W) in [0, 1].
 
         Returns:
-            Upstream VGGT's predictions (pose encodings, depth, world points and their confidences).
+            Upstream VGGT's prediction dict.
         """
         return self.model(images)
 
