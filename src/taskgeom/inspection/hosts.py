@@ -28,6 +28,7 @@ class Unsupported(ValueError):
 
 
 def unsupported(what: str) -> Unsupported:
+    """The one-line refusal for ``what``: what ``inspect`` supports, and how to write the probe map by hand."""
     return Unsupported(f"{what}: supported are {TIMM_FAMILIES}; {HF_FAMILIES}; {BY_HAND}")
 
 
@@ -77,6 +78,14 @@ class LinearHeadHost(nn.Module):
     """A host plus decoder ``linear``: y = W e + b on its pooled embedding e (decoder ``cls``)."""
 
     def __init__(self, host: ProbeHost, weight: Tensor, bias: Tensor | None = None, source: str = "linear head"):
+        """Wrap ``host`` with a frozen linear head.
+
+        Args:
+            host: the model's probe host; its decoder ``cls`` gives the pooled embedding (B, D).
+            weight: (K, D) head weights.
+            bias: (K,) head bias, or None.
+            source: where the head came from, named in errors.
+        """
         super().__init__()
         self.host = host
         self.linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
@@ -90,15 +99,23 @@ class LinearHeadHost(nn.Module):
         self.source = source
 
     def decoder_layers(self, decoder: str) -> tuple[int, ...]:
+        """The host's layers for ``decoder`` (``linear`` reads what ``cls`` reads)."""
         return self.host.decoder_layers("cls" if decoder == "linear" else decoder)
 
     def embed(self, images: Tensor) -> tuple[Tensor, Any]:
+        """The host's tokens entering block 0 (B, T, D) and its context."""
         return self.host.embed(images)
 
     def block(self, i: int, h: Tensor, ctx: Any) -> Tensor:
+        """The host's block ``i``: (B, T, D) -> (B, T, D)."""
         return self.host.block(i, h, ctx)
 
     def decode(self, decoder: str, states: Mapping[int, Tensor], ctx: Any) -> Tensor:
+        """Decoder ``linear``: W e + b on the pooled embedding e (B, D) -> (B, K); others are the host's.
+
+        Raises:
+            ValueError: the head's input width differs from the embedding's, naming the head's file.
+        """
         if decoder != "linear":
             return self.host.decode(decoder, states, ctx)
         e = self.host.decode("cls", states, ctx)
@@ -132,6 +149,7 @@ def default_layers(num_blocks: int) -> list[int]:
 
 
 def requires_grad_flags(module: nn.Module) -> dict[str, bool]:
+    """Each named parameter's ``requires_grad``, to give back with :func:`restore_flags`."""
     return {name: p.requires_grad for name, p in module.named_parameters()}
 
 

@@ -44,6 +44,14 @@ class HFViTHost(nn.Module):
     """ProbeHost over a transformers ViT or DINOv2 (see the module docstring)."""
 
     def __init__(self, model: nn.Module):
+        """Probe ``model``, a transformers ViT / DINOv2 (with or without registers) model or classifier.
+
+        Args:
+            model: the transformers model; its config's ``model_type`` must be one of ``HF_VIT_TYPES``.
+
+        Raises:
+            TypeError: another model type, or no encoder layers found.
+        """
         super().__init__()
         cfg = model.config
         if cfg.model_type not in HF_VIT_TYPES:
@@ -60,6 +68,7 @@ class HFViTHost(nn.Module):
         self._interpolate = "interpolate_pos_encoding" in inspect.signature(self.base.embeddings.forward).parameters
 
     def decoder_layers(self, decoder: str) -> tuple[int, ...]:
+        """Every decoder reads the last block's output."""
         return (self.num_blocks - 1,)
 
     def embed(self, images: Tensor) -> tuple[Tensor, Grid]:
@@ -70,10 +79,15 @@ class HFViTHost(nn.Module):
         return tokens, Grid(tokens.shape[1] - rows * cols, rows, cols)
 
     def block(self, i: int, h: Tensor, ctx: Grid) -> Tensor:
+        """Encoder layer ``i``: (B, T, D) -> (B, T, D)."""
         out = self.layers[i](h)
         return out[0] if isinstance(out, tuple) else out
 
     def decode(self, decoder: str, states: Mapping[int, Tensor], ctx: Grid) -> Tensor:
+        """The final layer norm, then ``cls``: the CLS embedding (B, D), or ``logits``: the classifier (B, K).
+
+        ViT classifies the CLS token; DINOv2 classifies CLS concatenated with the mean patch token.
+        """
         h = self.base.layernorm(states[self.num_blocks - 1])
         if decoder == "cls":
             return h[:, 0]

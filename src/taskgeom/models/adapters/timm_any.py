@@ -49,6 +49,14 @@ class TimmAnyHost(TimmViTHost):
     """ProbeHost over a timm ``VisionTransformer`` or ``Eva`` (see the module docstring)."""
 
     def __init__(self, model: nn.Module):
+        """Probe ``model``, a timm ``VisionTransformer`` or ``Eva``.
+
+        Args:
+            model: the timm model; decoders ``cls`` (pre-logits) and, where it has a head, ``logits``.
+
+        Raises:
+            TypeError: another timm family.
+        """
         family = timm_family(model)
         if family is None:
             raise TypeError(f"{type(model).__name__} is not a timm model this host runs ({TIMM_FAMILIES})")
@@ -73,6 +81,7 @@ class TimmAnyHost(TimmViTHost):
         return vit.norm_pre(x), RopeGrid(vit.num_prefix_tokens, rows, cols, rope)
 
     def block(self, i: int, h: Tensor, ctx: RopeGrid) -> Tensor:
+        """Block ``i``: (B, T, D) -> (B, T, D), with its rotary embedding for EVA."""
         if self.family != "eva":
             return self.vit.blocks[i](h)
         rope = ctx.rope
@@ -81,6 +90,7 @@ class TimmAnyHost(TimmViTHost):
         return self.vit.blocks[i](h, rope=rope)
 
     def decode(self, decoder: str, states: Mapping[int, Tensor], ctx: Grid) -> Tensor:
+        """The final norm and timm's ``forward_head``: ``cls`` the pooled embedding (B, D), ``logits`` (B, K)."""
         h = self.vit.norm(states[self.num_blocks - 1])
         return self.vit.forward_head(h, pre_logits=decoder == "cls")
 
