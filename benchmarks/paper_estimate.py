@@ -1,5 +1,5 @@
 """The paper profile's cost on one GPU: an estimate from measured FLOPs and product counts, not a
-GPU run (README, "Reproducing the paper").
+GPU run (docs/paper.md).
 
 For each stage of params/paper.yaml, its work in FLOPs:
 

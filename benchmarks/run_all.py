@@ -38,6 +38,7 @@ QUICK = [
     ["paper_estimate.py"],
     ["prune_speed.py"],
     ["diagnose_cost.py", "--no-probes", "--paper-scale", "--plain-vit"],
+    ["diagnose_cost.py", "--inspect", "--repeats", "8"],
 ]
 PROFILE = ["stage_profile.py", ".", "--run", "--cores", "2"]
 AFTER_RUN = [  # read the default run's outputs (data/zoo, data/targets, data/retrieval, the world)

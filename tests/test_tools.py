@@ -21,7 +21,7 @@ from taskgeom.pipeline import tools
 EXACT = {
     "dvc": "pipeline/dvc_atomic.py, dvc_lock_parse.py and dvc_commit.py replace or call its internals",
     "snakemake": "pipeline/sync.py writes its private .snakemake/metadata records",
-    "timm": "models/vit.py calls VisionTransformer._pos_embed",
+    "timm": "models/vit.py and models/adapters/timm_any.py call VisionTransformer._pos_embed and Eva._pos_embed",
     "transformers": "models/adapters/depth_anything.py sets config._attn_implementation on older releases",
 }
 
@@ -52,6 +52,7 @@ SIGNATURES = {
     "dvc.stage:Stage.commit": "(self, allow_missing=False, filter_info=None, **kwargs) -> None",
     "dvc.dvcfile:ProjectFile.dump_stages": "(self, stages, update_pipeline=True, update_lock=True, **kwargs)",
     "timm.models.vision_transformer:VisionTransformer._pos_embed": "(self, x: torch.Tensor) -> torch.Tensor",
+    "timm.models.eva:Eva._pos_embed": "(self, x) -> Tuple[torch.Tensor, Optional[torch.Tensor]]",
     "transformers:PreTrainedModel.set_attn_implementation":
         "(self, attn_implementation: str | dict, allow_all_kernels: bool = False)",
 }

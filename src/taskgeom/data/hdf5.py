@@ -36,7 +36,14 @@ class StoreError(ValueError):
 
 
 def encode_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """Nested values are stored as JSON strings so any params dict fits in an attribute."""
+    """Nested values are stored as JSON strings so any params dict fits in an attribute.
+
+    Args:
+        attrs: attribute name -> value.
+
+    Returns:
+        The same names; strings and numbers kept, anything else as sorted-key JSON.
+    """
     return {k: v if isinstance(v, (str, int, float, np.integer, np.floating)) else json.dumps(v, sort_keys=True)
             for k, v in attrs.items()}
 
@@ -44,13 +51,27 @@ def encode_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
 class ResumableH5:
     """Fill fixed-size datasets block by block; ``finish()`` publishes the file.
 
-    ``layout``: dataset path -> (per-item shape, dtype); every dataset has ``num_items`` rows.
-    ``attrs``: root attributes; a partial file is resumed only if they match exactly.
-    ``log``: where to say why a partial file was discarded.
+    Attributes:
+        path: the published file.
+        partial: the partial file under ``<dir>/.partial``.
+        num_items: rows of every dataset.
+        attrs: the root attributes written (encoded, with the kind and ``num_items``).
+        file: the open partial file (None when restored).
+        restored: whether the file was put back from its published link (nothing to write).
     """
 
     def __init__(self, path: str | Path, layout: Mapping[str, tuple[tuple[int, ...], str]], num_items: int,
                  attrs: Mapping[str, Any], kind: str, log: logging.Logger | None = None):
+        """Restore the published file, resume the partial one, or start a new one, in that order.
+
+        Args:
+            path: the file to publish.
+            layout: dataset path -> (per-item shape, dtype); every dataset has ``num_items`` rows.
+            num_items: rows of every dataset.
+            attrs: root attributes; a partial file is resumed only if they match exactly.
+            kind: the file's kind (``open_store`` checks it).
+            log: where to say why a partial file was discarded.
+        """
         self.path = Path(path)
         self.log = log or logging.getLogger(__name__)
         self.partial = self.path.parent / ".partial" / self.path.name
@@ -64,7 +85,12 @@ class ResumableH5:
 
     def restore(self) -> bool:
         """Put back this file as a run of the stage published it before the stage was rerun,
-        if it was made with the same attributes (``published_link``)."""
+        if it was made with the same attributes (``published_link``); a link with other
+        attributes is removed.
+
+        Returns:
+            Whether the file was restored.
+        """
         link = published_link(self.path)
         if not link.is_file():
             return False
@@ -85,6 +111,15 @@ class ResumableH5:
         return True
 
     def reopen(self, layout) -> h5py.File | None:
+        """The partial file opened for appending, if it exists, has the same attributes and datasets,
+        and reads back; otherwise it is discarded (``discard``).
+
+        Args:
+            layout: dataset path -> (per-item shape, dtype).
+
+        Returns:
+            The open file, or None.
+        """
         if not self.partial.exists():
             return None
         try:
@@ -98,12 +133,26 @@ class ResumableH5:
         return f
 
     def discard(self, f: h5py.File | None, why: str) -> None:
+        """Close and delete the partial file, logging why.
+
+        Args:
+            f: the partial file if open.
+            why: the reason, completing "the partial file …".
+        """
         if f is not None:
             f.close()
         self.partial.unlink()
         self.log.warning("%s: the partial file %s; starting over", self.path.name, why)
 
     def create(self, layout) -> h5py.File:
+        """A new partial file with no item done.
+
+        Args:
+            layout: dataset path -> (per-item shape, dtype).
+
+        Returns:
+            The open file.
+        """
         f = new_file(self.partial, self.attrs, layout, self.num_items)
         f.attrs[DONE_ATTR] = 0
         f.flush()
@@ -111,10 +160,19 @@ class ResumableH5:
 
     @property
     def done(self) -> int:
+        """Items written so far (all of them when restored)."""
         return self.num_items if self.restored else int(self.file.attrs[DONE_ATTR])
 
     def write(self, start: int, arrays: Mapping[str, np.ndarray]) -> None:
-        """Write items start..start+k of every dataset in ``arrays`` and mark them done."""
+        """Write items start..start+k of every dataset in ``arrays`` and mark them done.
+
+        Args:
+            start: the first item; must equal ``done``.
+            arrays: dataset path -> (k, *shape) values.
+
+        Raises:
+            ValueError: blocks out of order.
+        """
         if start != self.done:
             raise ValueError(f"{self.partial}: blocks must be written in order (next is {self.done}, got {start})")
         count = len(next(iter(arrays.values())))
@@ -124,7 +182,17 @@ class ResumableH5:
         self.file.flush()
 
     def finish(self, block: int = 256) -> Path:
-        """Copy the complete partial file into a fresh one, link it as published and rename it into place."""
+        """Copy the complete partial file into a fresh one, link it as published and rename it into place.
+
+        Args:
+            block: items copied at a time.
+
+        Returns:
+            The published path.
+
+        Raises:
+            ValueError: not every item was written.
+        """
         if self.restored:
             return self.path
         if self.done != self.num_items:
@@ -144,22 +212,39 @@ class ResumableH5:
         return self.path
 
     def layout_names(self) -> list[str]:
+        """The paths of every dataset of the partial file.
+
+        Returns:
+            Dataset paths, in the file's order.
+        """
         names: list[str] = []
         self.file.visititems(lambda n, obj: names.append(n) if isinstance(obj, h5py.Dataset) else None)
         return names
 
     def close(self) -> None:
+        """Close the partial file if it is open (nothing is published)."""
         if self.file is not None and self.file.id.valid:
             self.file.close()
 
 
 def published_link(path: Path) -> Path:
-    """Where ``ResumableH5`` keeps a second link to ``path`` once it is published."""
+    """Where ``ResumableH5`` keeps a second link to ``path`` once it is published.
+
+    Args:
+        path: the published file.
+
+    Returns:
+        ``<dir>/.partial/<name>.published``.
+    """
     return path.parent / ".partial" / f"{path.name}.published"
 
 
 def forget_published(paths) -> None:
-    """Drop the published links of ``paths`` (a stage's files), once the stage has written all of them."""
+    """Drop the published links of ``paths`` (a stage's files), once the stage has written all of them.
+
+    Args:
+        paths: the stage's published files.
+    """
     for path in paths:
         published_link(Path(path)).unlink(missing_ok=True)
 
@@ -178,7 +263,17 @@ def readable(f: h5py.File, names, block: int = 256) -> bool:
 
 def new_file(path: Path, attrs: Mapping[str, Any], layout: Mapping[str, tuple[tuple[int, ...], Any]],
              num_items: int) -> h5py.File:
-    """An HDF5 file with ``attrs`` and one chunked, compressed dataset per layout entry, created in order."""
+    """An HDF5 file with ``attrs`` and one chunked, compressed dataset per layout entry, created in order.
+
+    Args:
+        path: the file, overwritten.
+        attrs: root attributes.
+        layout: dataset path -> (per-item shape, dtype).
+        num_items: rows of every dataset (one chunk per row, gzip level 4 with shuffle).
+
+    Returns:
+        The file, open for writing.
+    """
     f = h5py.File(path, "w", libver=("earliest", "v110"), track_order=True)
     for k, v in attrs.items():
         f.attrs[k] = v
@@ -189,7 +284,18 @@ def new_file(path: Path, attrs: Mapping[str, Any], layout: Mapping[str, tuple[tu
 
 
 def open_store(path: str | Path, kind: str) -> h5py.File:
-    """Open a finished taskgeom HDF5 file for reading, or raise StoreError naming it."""
+    """Open a finished taskgeom HDF5 file for reading, or raise StoreError naming it.
+
+    Args:
+        path: the file.
+        kind: the kind it must be (e.g. "world", "targets").
+
+    Returns:
+        The file, open read-only.
+
+    Raises:
+        StoreError: the file is missing, unreadable, of another kind, or incomplete.
+    """
     path = Path(path)
     if not path.is_file():
         raise StoreError(f"{path}: no such file (run the stage that makes it first)")
@@ -208,5 +314,14 @@ def open_store(path: str | Path, kind: str) -> h5py.File:
 
 
 def read_attr_json(f: h5py.File, key: str) -> Any:
+    """A root attribute, decoded from JSON when ``encode_attrs`` stored it so.
+
+    Args:
+        f: the open file.
+        key: the attribute.
+
+    Returns:
+        The value (a list or dict if it was one).
+    """
     value = f.attrs[key]
     return json.loads(value) if isinstance(value, str) and value[:1] in "[{" else value

@@ -119,6 +119,18 @@ class Source(Dataset):
     def __init__(self, name: str, spec: Mapping[str, Any], keys: list[str], labels: np.ndarray,
                  read: Callable[[int], Item], classes: list[str] | None = None,
                  max_depth: float | None = None, stored: np.ndarray | None = None) -> None:
+        """Select items by ``spec``'s ``range``, then its ``subset`` (module docstring).
+
+        Args:
+            name: the source's key in ``sources``.
+            spec: its params entry (``kind``, ``range``, ``subset``, ...).
+            keys: every item's origin, in source order.
+            labels: (n,) int64 labels, -1 without.
+            read: item position -> Item.
+            classes: class names by label, or None.
+            max_depth: the depth cap of its ground truth (metres), or None.
+            stored: (n,) each item's row in its file (default 0..n − 1).
+        """
         self.name, self.spec, self.classes, self.max_depth = name, dict(spec), classes, max_depth
         # item i's position in its file (a world source of one family skips the other's scenes)
         self.stored = np.arange(len(keys)) if stored is None else stored
@@ -135,9 +147,11 @@ class Source(Dataset):
             self.indices = self.indices[select(name, spec, labels[self.indices], subset)]
 
     def __len__(self) -> int:
+        """The number of selected items."""
         return len(self.indices)
 
     def __getitem__(self, index: int) -> Item:
+        """Selected item ``index``, read from disk."""
         return self._read(int(self.indices[index]))
 
     def first(self, count: int) -> Source:
@@ -152,10 +166,12 @@ class Source(Dataset):
 
     @property
     def keys(self) -> list[str]:
+        """The selected items' origins, in order."""
         return [self._keys[i] for i in self.indices]
 
     @property
     def labels(self) -> np.ndarray:
+        """(len,) int64 labels of the selected items (-1 without labels)."""
         return self._labels[self.indices]
 
     def check(self) -> None:
@@ -295,7 +311,18 @@ OPENERS: dict[str, Callable[[str, Mapping[str, Any]], Source]] = {
 
 
 def open_source(name: str, sources: Mapping[str, Mapping[str, Any]] | None) -> Source:
-    """The source ``name`` of params.yaml's ``sources`` mapping, indexed and subset (not yet read)."""
+    """The source ``name`` of params.yaml's ``sources`` mapping, indexed and subset (not yet read).
+
+    Args:
+        name: its key.
+        sources: params.yaml's ``sources``.
+
+    Returns:
+        The Source.
+
+    Raises:
+        SourceError: undefined, of an unknown kind, unreadable, or with no items.
+    """
     sources = sources or {}
     if name not in sources:
         raise SourceError(f"sources.{name}: not defined in params.yaml (defined: {sorted(sources) or 'none'})")

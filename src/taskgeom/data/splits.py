@@ -15,7 +15,21 @@ MEAN, STD = 0.5, 0.25
 
 def read_world(path: str | Path, resolution: int | None = None, keys: tuple[str, ...] = ("rgb", "depth", "label"),
                limit: int | None = None) -> dict[str, np.ndarray]:
-    """Arrays of one split at ``resolution`` (default: the base one), first ``limit`` scenes."""
+    """Arrays of one split at ``resolution`` (default: the base one), first ``limit`` scenes.
+
+    Args:
+        path: the world split's HDF5 file.
+        resolution: the render side; None for the file's base resolution.
+        keys: datasets to read: label, or the per-resolution rgb, depth, sketch, K, cam_to_world, ….
+        limit: the first scenes to read; None for all.
+
+    Returns:
+        key -> array with the scenes first, e.g. rgb (S, V, H, W, 3) uint8, label (S,).
+
+    Raises:
+        StoreError: the file is missing or not a world split.
+        KeyError: no renders at that resolution.
+    """
     with open_store(path, "world") as f:
         res = resolution or int(f.attrs["base_resolution"])
         if f"r{res}" not in f:
@@ -25,7 +39,14 @@ def read_world(path: str | Path, resolution: int | None = None, keys: tuple[str,
 
 
 def to_input(rgb: np.ndarray | Tensor) -> Tensor:
-    """(..., H, W, 3) uint8 -> (..., 3, H, W) float32, normalised."""
+    """Images as normalised model inputs, (x / 255 − MEAN) / STD.
+
+    Args:
+        rgb: (..., H, W, 3) uint8.
+
+    Returns:
+        (..., 3, H, W) float32.
+    """
     x = torch.as_tensor(rgb).movedim(-1, -3).float() / 255.0
     return (x - MEAN) / STD
 

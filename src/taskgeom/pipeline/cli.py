@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from taskgeom import __version__
-from taskgeom.pipeline import config, server
+from taskgeom.pipeline import config, inspect_command, server
 from taskgeom.pipeline.lock import stage_lock
 from taskgeom.pipeline.publish import staged_outputs
 from taskgeom.pipeline.registry import STAGES
@@ -177,6 +177,7 @@ def parser() -> argparse.ArgumentParser:
                                                "random-weight mini checkpoints, with a MANIFEST.json.")
     mini.add_argument("dir", metavar="DIR", help="a new or empty directory, or an earlier paper-mini output")
     fx.set_defaults(func=fixtures_command)
+    inspect_command.add_parser(sub)
     sv = sub.add_parser("serve", help="Import every stage once and run the taskgeom commands of every process "
                                       f"whose environment has {server.ENV}=SOCKET (see pipeline/server.py).")
     sv.add_argument("--socket", required=True, help="the Unix socket to listen on")

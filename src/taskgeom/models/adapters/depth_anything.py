@@ -30,6 +30,12 @@ def depth_anything_config(**overrides: Any):
 
     Overrides are flat: keys of the head config go to the head, the rest to the DINOv2 backbone;
     ``patch_size`` goes to both, and the neck's input width follows the backbone's ``hidden_size``.
+
+    Args:
+        **overrides: keys of ``DEPTH_ANYTHING_HEAD`` or of ``Dinov2Config``.
+
+    Returns:
+        The transformers ``DepthAnythingConfig``.
     """
     from transformers import DepthAnythingConfig, Dinov2Config
 
@@ -66,6 +72,14 @@ class DepthAnythingHost(nn.Module):
     decoders = ("depth",)
 
     def __init__(self, model: nn.Module):
+        """Wrap ``model`` (not copied), reading its backbone's ``out_features`` as the read layers.
+
+        Args:
+            model: a ``DepthAnythingForDepthEstimation``.
+
+        Raises:
+            ValueError: a backbone that reshapes its hidden states, or a head reading the embedding.
+        """
         super().__init__()
         backbone = model.backbone
         cfg = backbone.config
@@ -82,19 +96,54 @@ class DepthAnythingHost(nn.Module):
         self.patch_size = int(model.config.patch_size)
 
     def decoder_layers(self, decoder: str) -> tuple[int, ...]:
+        """The encoder layers the neck reads (``out_indices`` − 1).
+
+        Args:
+            decoder: depth.
+
+        Returns:
+            ``read_layers``.
+        """
         return self.read_layers
 
     def embed(self, images: Tensor) -> tuple[Tensor, Grid]:
-        """images (B, 3, H, W) -> CLS + patch tokens (B, 1 + rows·cols, D), ctx = their Grid."""
+        """images (B, 3, H, W) -> CLS + patch tokens (B, 1 + rows·cols, D), ctx = their Grid.
+
+        Args:
+            images: (B, 3, H, W), sides multiples of the patch size.
+
+        Returns:
+            tokens (B, 1 + rows·cols, D) and their Grid.
+        """
         rows, cols = (s // self.patch_size for s in images.shape[-2:])
         tokens = self.model.backbone.embeddings(images)
         return tokens, Grid(tokens.shape[1] - rows * cols, rows, cols)
 
     def block(self, i: int, h: Tensor, ctx: Grid) -> Tensor:
+        """Encoder layer i.
+
+        Args:
+            i: the layer's index.
+            h: (B, T, D).
+            ctx: the Grid (unused).
+
+        Returns:
+            (B, T, D).
+        """
         out = self.model.backbone.encoder.layer[i](h)
         return out[0] if isinstance(out, tuple) else out  # transformers 4.x layers return (h, *extras)
 
     def decode(self, decoder: str, states: Mapping[int, Tensor], ctx: Grid) -> Tensor:
+        """The backbone's final layernorm (when ``apply_layernorm``), the neck and the head.
+
+        Args:
+            decoder: depth.
+            states: {i: (B, T, D)} for the read layers.
+            ctx: ``embed``'s Grid.
+
+        Returns:
+            (B, H·W) predicted depth, H = rows·patch, W = cols·patch.
+        """
         rows, cols = ctx.rows, ctx.cols
         norm = self.model.backbone.layernorm
         feats = [norm(states[i]) if self.apply_layernorm else states[i] for i in self.read_layers]
@@ -102,7 +151,14 @@ class DepthAnythingHost(nn.Module):
         return self.model.head(fused, rows, cols).flatten(1)  # (B, rows·p, cols·p) -> (B, H·W)
 
     def forward(self, images: Tensor) -> Tensor:
-        """The model's own forward: predicted depth (B, H, W)."""
+        """The model's own forward: predicted depth (B, H, W).
+
+        Args:
+            images: (B, 3, H, W).
+
+        Returns:
+            (B, H, W).
+        """
         return self.model(pixel_values=images).predicted_depth
 
 

@@ -19,6 +19,16 @@ class AdapterSpec:
     ``build(path, overrides)`` returns the host: random weights when ``path`` is None, else the
     weights at ``path`` (already checked to exist). ``tiny``: overrides giving a small config of the
     same architecture. ``hf_repo``: the hub repository whose local cache layout ``path`` may point to.
+
+    Attributes:
+        name: the registry key, e.g. "dinov2-b14".
+        title: the model's name in words.
+        library: what builds it (timm, transformers, vggt).
+        decoders: the host's decoders.
+        weights: what to provide, for the missing-weights message.
+        hf_repo: the hub repository.
+        build: (path, overrides) -> host.
+        tiny: overrides for a small test config.
     """
 
     name: str
@@ -32,5 +42,12 @@ class AdapterSpec:
 
 
 def weight_files(directory: Path) -> list[Path]:
-    """The weight files (by suffix, see ``WEIGHT_SUFFIXES``) directly in ``directory``, sorted."""
+    """The weight files (by suffix, see ``WEIGHT_SUFFIXES``) directly in ``directory``, sorted.
+
+    Args:
+        directory: the directory searched (not recursively).
+
+    Returns:
+        The files.
+    """
     return sorted(f for f in directory.iterdir() if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES))
