@@ -74,11 +74,13 @@ def test_commands_and_stages_that_need_no_torch_do_not_load_it():
 def test_only_the_errors_a_user_fixes_are_told_as_one_line():
     from taskgeom.artifacts.checkpoints import CheckpointError
     from taskgeom.data.hdf5 import StoreError
+    from taskgeom.data.sources import SourceError
     from taskgeom.finite import NonFiniteError
     from taskgeom.pipeline.cli import user_error
     from taskgeom.pipeline.config import ParamsError
 
-    for exc in (CheckpointError("c"), StoreError("s"), NonFiniteError("n"), ParamsError("p"), FileNotFoundError()):
+    for exc in (CheckpointError("c"), StoreError("s"), SourceError("s"), NonFiniteError("n"), ParamsError("p"),
+                FileNotFoundError()):
         assert user_error(exc)
     assert not user_error(ValueError("a bug")) and not user_error(KeyError("a bug"))
 

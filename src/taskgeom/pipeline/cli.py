@@ -26,7 +26,7 @@ PROFILES_DIR = Path("params")
 # one line and exit status 2. Each is looked up once its module is loaded (none was raised before),
 # so a command or stage that needs no torch never loads it.
 USER_ERRORS = {"taskgeom.artifacts.checkpoints": "CheckpointError", "taskgeom.data.hdf5": "StoreError",
-               "taskgeom.finite": "NonFiniteError"}
+               "taskgeom.data.sources": "SourceError", "taskgeom.finite": "NonFiniteError"}
 
 
 def user_error(exc: Exception) -> bool:
