@@ -19,6 +19,8 @@ class AdapterSpec:
     ``build(path, overrides)`` returns the host: random weights when ``path`` is None, else the
     weights at ``path`` (already checked to exist). ``tiny``: overrides giving a small config of the
     same architecture. ``hf_repo``: the hub repository whose local cache layout ``path`` may point to.
+    ``loaded(host)``: for a checkpoint whose own config fixes the architecture, the overrides that
+    build a host of it (what a copy of the host records); None where the overrides given build it.
     """
 
     name: str
@@ -29,6 +31,7 @@ class AdapterSpec:
     hf_repo: str
     build: Callable[[Path | None, Mapping[str, Any]], ProbeHost]
     tiny: Mapping[str, Any] = field(default_factory=dict)
+    loaded: Callable[[ProbeHost], dict[str, Any]] | None = None
 
 
 def weight_files(directory: Path) -> list[Path]:
