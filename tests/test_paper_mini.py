@@ -140,3 +140,11 @@ def test_a_checkpoint_that_disagrees_with_its_overrides_or_its_copys_config_is_o
     with pytest.raises(CheckpointError, match=r"model\.safetensors: its tensors do not fit the architecture "
                                               r"\S*config\.json records \(model\.neck\.\S+ is \("):
         zoo.load(outputs["weights"], outputs["config"])
+
+
+def test_a_timm_checkpoint_of_another_width_than_asked_is_one_line_naming_it(mini):
+    root, manifest = mini
+    weights = root / "files" / manifest["models"]["dinov2-b14"]["path"]  # 64 wide; no overrides ask for Base
+    with pytest.raises(CheckpointError, match=rf"^{weights}: a checkpoint of another architecture than "
+                                              r"vit_base_patch14_dinov2 with the overrides \{\} \(cls_token: "):
+        pretrained.load({"adapter": "dinov2-b14", "path": str(weights)}, "cpu")

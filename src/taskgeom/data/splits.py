@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from taskgeom.data.hdf5 import open_store
+from taskgeom.data.hdf5 import open_store, reading
 
 MEAN, STD = 0.5, 0.25
 
@@ -16,7 +16,7 @@ MEAN, STD = 0.5, 0.25
 def read_world(path: str | Path, resolution: int | None = None, keys: tuple[str, ...] = ("rgb", "depth", "label"),
                limit: int | None = None) -> dict[str, np.ndarray]:
     """Arrays of one split at ``resolution`` (default: the base one), first ``limit`` scenes."""
-    with open_store(path, "world") as f:
+    with open_store(path, "world") as f, reading(path, "world"):
         res = resolution or int(f.attrs["base_resolution"])
         if f"r{res}" not in f:
             raise KeyError(f"{path}: no renders at resolution {res} (has {[g for g in f if g.startswith('r')]})")
