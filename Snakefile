@@ -6,7 +6,7 @@
 import sys
 from pathlib import Path
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 sys.path.insert(0, f"{workflow.basedir}/src")  # this checkout's registry, whatever is installed
 
@@ -26,8 +26,12 @@ configfile: "params.yaml"
 report: "docs/report/workflow.rst"
 
 
-validate(config, "src/taskgeom/params.schema.yaml")
-taskgeom_config.validate(config, "params.yaml")
+# the schema (src/taskgeom/params.schema.yaml) and the cross-checks, one line per problem naming its
+# key, as `taskgeom params check` says them (not jsonschema's dump of the schema)
+try:
+    taskgeom_config.validate(config, "params.yaml")
+except taskgeom_config.ParamsError as err:
+    sys.exit(f"taskgeom: error: {err}")
 follow_dvc(config)  # after `dvc repro`, `dvc checkout` or `dvc pull`: take DVC's state (pipeline/sync.py)
 
 

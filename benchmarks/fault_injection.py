@@ -18,6 +18,17 @@ Each fault: what is injected -> the outcome expected.
 - resume-split: `targets` killed once its val split is published -> the rerun restores train and
   val from the published links, same bytes.
 - tampered-package: a wheel whose sha256 is not its hash line -> pip --require-hashes refuses it.
+- damaged-world: 4 KiB of random bytes in the middle of the test split, then a truncated copy ->
+  `taskgeom sources` refuses each in one line naming the file and what to do; the index is untouched.
+- two-setups: two `envs/setup-venv.sh` on one fresh cache (a one-wheel lock), the second started while
+  the first builds -> the second waits; both clones work; a cache marked complete without its
+  interpreter is built again.
+- other-size-checkpoint: a Depth-Anything-V2 checkpoint 64 wide in zoo: -> with overrides asking 768,
+  one line naming the entry, its config.json and the key; without, the copy records its size and
+  `diagnose` runs on it.
+- small-dead-ends: `snakemake -R prune-dense` (DVC's stage name), a misspelt params key under
+  Snakemake, an unknown probe or profile (one line listing the valid names), a Snakemake killed
+  mid-job -> each works, or says in one line what to do (after a kill: --unlock, then a plain rerun).
 
 Every fault ends by comparing every file under data/ and results/ with its digest before.
 
@@ -29,7 +40,6 @@ Writes <out>/faults.{csv,md} and exits 1 unless every fault had its expected out
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import re
 import signal
@@ -46,6 +56,8 @@ import numpy as np
 import pandas as pd
 import yaml
 from crash_test import digests, leftovers, seconds, write_result
+from fault_tools import first, held, refused, said, sh
+from input_faults import damaged_world, other_size_checkpoint, small_dead_ends, two_setups
 
 from taskgeom.pipeline import config
 from taskgeom.pipeline.registry import STAGES
@@ -53,34 +65,6 @@ from taskgeom.pipeline.registry import STAGES
 TARGETS = next(s for s in STAGES if s.name == "targets")
 
 Check = Callable[[Path, dict], tuple[bool, str]]
-
-
-def sh(cmd: list[str], repo: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=repo, capture_output=True, text=True)
-
-
-def said(proc: subprocess.CompletedProcess) -> str:
-    """The last line of a process's output that is not blank."""
-    lines = [x for x in (proc.stderr + proc.stdout).splitlines() if x.strip()]
-    return lines[-1][:240] if lines else ""
-
-
-def held(lock: Path) -> bool:
-    """Whether another process holds the stage lock file ``lock``."""
-    if not lock.exists():
-        return False
-    with open(lock) as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return False
-
-
-def first(params: dict, key: str) -> str:
-    """The first item of the mapping at dotted ``key`` (a foreach of the registry)."""
-    return next(iter(config.get(params, key)))
 
 
 def two_front_ends(repo: Path, params: dict) -> tuple[bool, str]:
@@ -107,12 +91,6 @@ def poke_h5(path: Path, dataset: str, index: tuple) -> bytes:
     with h5py.File(path, "r+") as f:
         f[dataset][index] = np.nan
     return before
-
-
-def refused(proc: subprocess.CompletedProcess, *names: str) -> tuple[bool, str]:
-    text = proc.stderr + proc.stdout
-    line = next((x.strip() for x in text.splitlines() if names and names[0] in x), said(proc))
-    return proc.returncode != 0 and all(n in text for n in names), f"rc {proc.returncode}: {line[:240]}"
 
 
 def non_finite_target(repo: Path, params: dict) -> tuple[bool, str]:
@@ -223,6 +201,10 @@ FAULTS: dict[str, Check] = {
     "injected-name": injected_name,
     "resume-split": resume_split,
     "tampered-package": tampered_package,
+    "damaged-world": damaged_world,
+    "two-setups": two_setups,
+    "other-size-checkpoint": other_size_checkpoint,
+    "small-dead-ends": small_dead_ends,
 }
 
 

@@ -82,13 +82,14 @@ PRIORITIES = priorities(config)
 
 
 def stage_rule(name):
-    """The rule of one registry stage, named after it (``zoo-table`` -> ``zoo_table``). A
-    function per rule, so each rule's shell command and params close over their own stage."""
+    """The rule of one registry stage, named as the stage (``prune-dense``, the name dvc.yaml,
+    the ``taskgeom`` command and ``snakemake -R`` all use). A function per rule, so each rule's
+    shell command and params close over their own stage."""
     r = snakemake_rule(name, config, PRIORITIES)
 
     rule:
         name:
-            name.replace("-", "_")
+            name
         input:
             **r.input,
         output:

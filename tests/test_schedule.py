@@ -52,7 +52,7 @@ def test_snakemake_runs_the_registry_graph_with_its_priorities(repo_copy: Path):
     jobs = snakemake_jobs(repo_copy).values()
 
     def name(job: dict) -> str:
-        stage = job["rule"].replace("_", "-")
+        stage = job["rule"]
         return f"{stage}~{job['wildcards'].split('=', 1)[1]}" if "wildcards" in job else stage
 
     by_name = {name(j): j for j in jobs}

@@ -129,3 +129,20 @@ def read_weights(weights: Path, config: dict[str, Any], rerun: str) -> dict[str,
         return load_file(str(weights))
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{weights}: not a readable safetensors file ({err}); {rerun}") from None
+
+
+def check_fit(module: nn.Module, state: dict[str, Tensor], weights: Path, config_path: Path, rerun: str) -> None:
+    """``state`` (the tensors of ``weights``) has exactly the keys and shapes of ``module``, the
+    architecture ``config_path`` records; otherwise a CheckpointError naming the first key that differs."""
+    own = module.state_dict()
+    for key in [*own, *(k for k in state if k not in own)]:
+        if key not in state:
+            problem = f"{key} is missing"
+        elif key not in own:
+            problem = f"{key} is not in it"
+        elif own[key].shape != state[key].shape:
+            problem = f"{key} is {tuple(state[key].shape)} where it has {tuple(own[key].shape)}"
+        else:
+            continue
+        raise CheckpointError(f"{weights}: its tensors do not fit the architecture {config_path} records "
+                              f"({problem}); {rerun}")

@@ -8,6 +8,11 @@ otherwise (other parameters, or a partial file HDF5 cannot open or read back) it
 Publishing rewrites the data into a fresh file in a fixed order, so the published
 bytes do not depend on whether, or where, the build was interrupted.
 
+Every dataset is chunked one item per chunk, gzip-compressed, and checksummed (HDF5's Fletcher-32
+filter over each stored chunk): a chunk damaged after writing fails to read instead of returning
+other values. ``verify_store`` reads every chunk of a file, so damage anywhere is found before a
+stage publishes anything derived from it; every read error names the file and what to do.
+
 A stage that writes several files (one per split) resumes at the first unpublished one:
 publishing also hard-links the file as ``<dir>/.partial/<name>.published``, which survives a
 rerun (Snakemake and DVC delete a rerun job's declared outputs first, and the stage command its
@@ -20,7 +25,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +37,18 @@ DONE_ATTR = "items_done"
 KIND_ATTR = "taskgeom_kind"
 
 
+# what writes each kind of file: the stage a damaged one is rebuilt by
+WRITERS = {"world": "fetch", "targets": "targets"}
+
+
 class StoreError(ValueError):
-    """An HDF5 input is missing, truncated, or not the kind of file expected; the message names it."""
+    """An HDF5 input is missing, truncated, damaged, or not the kind of file expected; the message names it."""
+
+
+def remedy(path: Path, kind: str) -> str:
+    """What to do about a damaged or truncated ``path`` of ``kind``."""
+    stage = WRITERS.get(kind, "the stage that writes it")
+    return f"rerun {stage} (e.g. `snakemake -R {stage}`), or restore the file with `dvc checkout {path}`"
 
 
 def encode_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -249,16 +265,52 @@ def forget_published(paths) -> None:
         published_link(Path(path)).unlink(missing_ok=True)
 
 
+READ_ERRORS = (OSError, RuntimeError, ValueError, KeyError)  # what h5py raises on a damaged file
+
+
+def first_damage(f: h5py.File, names, block: int = 256) -> str | None:
+    """Where the first row of datasets ``names`` that does not decode is (``name`` rows a-b), or None."""
+    for name in names:
+        try:
+            rows = f[name].shape[0]
+        except READ_ERRORS:
+            return name
+        for start in range(0, rows, block):
+            try:
+                f[name][start:start + block]
+            except READ_ERRORS:
+                return f"{name} rows {start}-{min(start + block, rows) - 1}"
+    return None
+
+
 def readable(f: h5py.File, names, block: int = 256) -> bool:
     """Every row of every dataset ``names`` decodes. A kill mid-write can leave a file that
     opens but whose chunk index or written chunks are damaged (HDF5 keeps no journal)."""
+    return first_damage(f, names, block) is None
+
+
+def verify_store(path: str | Path, kind: str) -> None:
+    """Read every chunk of every dataset of the finished file ``path`` (each checked against its
+    checksum); raise StoreError naming the file, the first damaged rows and what to do."""
+    path = Path(path)
+    with open_store(path, kind) as f:
+        names: list[str] = []
+        try:
+            f.visititems(lambda n, obj: names.append(n) if isinstance(obj, h5py.Dataset) else None)
+        except READ_ERRORS:
+            names.append("/")
+        where = "its index of datasets" if names[-1:] == ["/"] else first_damage(f, names)
+    if where:
+        raise StoreError(f"{path}: damaged ({where} do not pass their checksum or do not decode); {remedy(path, kind)}")
+
+
+@contextmanager
+def reading(path: str | Path, kind: str) -> Iterator[None]:
+    """Reads of the finished file ``path`` inside: a chunk that fails raises StoreError naming it."""
     try:
-        for name in names:
-            for start in range(0, f[name].shape[0], block):
-                f[name][start:start + block]
-    except (OSError, RuntimeError, ValueError):
-        return False
-    return True
+        yield
+    except (OSError, RuntimeError) as exc:  # h5py's errors of a chunk or index that does not decode
+        raise StoreError(f"{path}: damaged, a read failed ({exc}); {remedy(Path(path), kind)}") from None
 
 
 def new_file(path: Path, attrs: Mapping[str, Any], layout: Mapping[str, tuple[tuple[int, ...], Any]],
@@ -278,8 +330,8 @@ def new_file(path: Path, attrs: Mapping[str, Any], layout: Mapping[str, tuple[tu
     for k, v in attrs.items():
         f.attrs[k] = v
     for name, (shape, dtype) in layout.items():
-        f.create_dataset(name, shape=(num_items, *shape), dtype=dtype, chunks=(1, *shape),
-                         compression="gzip", compression_opts=4, shuffle=True, track_times=False)
+        f.create_dataset(name, shape=(num_items, *shape), dtype=dtype, chunks=(1, *shape), compression="gzip",
+                         compression_opts=4, shuffle=True, fletcher32=True, track_times=False)
     return f
 
 
@@ -302,7 +354,8 @@ def open_store(path: str | Path, kind: str) -> h5py.File:
     try:
         f = h5py.File(path, "r")
     except OSError as exc:
-        raise StoreError(f"{path}: not a readable HDF5 file (truncated or corrupt?): {exc}") from None
+        raise StoreError(f"{path}: not a readable HDF5 file (truncated or damaged: {exc}); "
+                         f"{remedy(path, kind)}") from None
     found = f.attrs.get(KIND_ATTR)
     if found != kind:
         f.close()

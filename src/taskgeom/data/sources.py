@@ -43,7 +43,7 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
-from taskgeom.data.hdf5 import StoreError, open_store, read_attr_json
+from taskgeom.data.hdf5 import StoreError, open_store, read_attr_json, reading
 from taskgeom.data.real import (
     IMAGE_EXTENSIONS,
     ImageFolderClasses,
@@ -204,7 +204,7 @@ def _world(name: str, spec: Mapping[str, Any]) -> Source:
     path = Path(spec.get("path") or f"{WORLD_DIR}/{spec['split']}.h5")
     domain = spec.get("domain", "rgb")
     try:
-        with open_store(path, "world") as f:
+        with open_store(path, "world") as f, reading(path, "world"):
             res = int(spec.get("resolution") or f.attrs["base_resolution"])
             if f"r{res}/{domain}" not in f:
                 raise SourceError(f"sources.{name}: {path} has no {domain} renders at {res} px")
@@ -222,7 +222,8 @@ def _world(name: str, spec: Mapping[str, Any]) -> Source:
     def read(i: int) -> Item:
         f = files.get("f") or files.setdefault("f", h5py.File(path, "r"))  # one handle per worker
         j = int(stored[i])
-        return Item(f[f"r{res}/{domain}"][j], int(labels[j]), f[f"r{res}/depth"][j], f"{path}[{j}]")
+        with reading(path, "world"):
+            return Item(f[f"r{res}/{domain}"][j], int(labels[j]), f[f"r{res}/depth"][j], f"{path}[{j}]")
 
     return Source(name, spec, [f"{path}[{j}]" for j in stored], labels[stored], read, None, max_depth, stored)
 
@@ -367,7 +368,7 @@ def world_arrays(source: Source, keys: tuple[str, ...], what: str) -> dict[str, 
         raise SourceError(f"{what}: {source.name!r} is not a world source of rgb renders (a tiny model trains "
                           "on the world's arrays)")
     path = Path(source.spec.get("path") or f"{WORLD_DIR}/{source.spec['split']}.h5")
-    with open_store(path, "world") as f:
+    with open_store(path, "world") as f, reading(path, "world"):
         res = int(source.spec.get("resolution") or f.attrs["base_resolution"])
         rows = source.stored[source.indices]
         out = {k: f[k if k in ("label", "family") else f"r{res}/{k}"][:][rows] for k in keys}

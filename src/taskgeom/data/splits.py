@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from taskgeom.data.hdf5 import open_store
+from taskgeom.data.hdf5 import open_store, reading
 
 MEAN, STD = 0.5, 0.25
 
@@ -30,7 +30,7 @@ def read_world(path: str | Path, resolution: int | None = None, keys: tuple[str,
         StoreError: the file is missing or not a world split.
         KeyError: no renders at that resolution.
     """
-    with open_store(path, "world") as f:
+    with open_store(path, "world") as f, reading(path, "world"):
         res = resolution or int(f.attrs["base_resolution"])
         if f"r{res}" not in f:
             raise KeyError(f"{path}: no renders at resolution {res} (has {[g for g in f if g.startswith('r')]})")

@@ -219,14 +219,18 @@ def load(cfg: dict, device: str) -> nn.Module:
     return load_paper_model(cfg["adapter"], cfg["path"], **cfg.get("overrides", {})).to(device)
 
 
-def architecture(cfg: dict) -> dict:
-    """The architecture config a pretrained entry's checkpoint records (what ``zoo.build`` reads).
+def architecture(cfg: dict, host: nn.Module) -> dict:
+    """What rebuilds ``host``, loaded from the entry ``cfg``: the overrides given, and those of the
+    architecture the checkpoint's own config chose (a Depth-Anything-V2 of another size).
 
     Args:
         cfg: the zoo entry.
+        host: the host built from its checkpoint.
 
     Returns:
         kind "pretrained", adapter, overrides, img_size and the model's title as source.
     """
-    return {"kind": "pretrained", "adapter": cfg["adapter"], "overrides": cfg.get("overrides", {}),
-            "img_size": cfg["img_size"], "source": PAPER_MODELS[cfg["adapter"]].title}
+    spec = PAPER_MODELS[cfg["adapter"]]
+    overrides = {**cfg.get("overrides", {}), **(spec.loaded(host) if spec.loaded else {})}
+    return {"kind": "pretrained", "adapter": cfg["adapter"], "overrides": overrides,
+            "img_size": cfg["img_size"], "source": spec.title}

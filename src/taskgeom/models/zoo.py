@@ -89,7 +89,9 @@ def load(weights: str | Path, config_path: str | Path, device: str = "cpu") -> n
     rerun = "rerun the stage that wrote it: `taskgeom zoo`, `vae` or `retrieval`"
     config = checkpoints.read_config(Path(config_path), rerun)
     model = build(config["architecture"])
-    model.load_state_dict(checkpoints.read_weights(Path(weights), config, rerun))
+    state = checkpoints.read_weights(Path(weights), config, rerun)
+    checkpoints.check_fit(model, state, Path(weights), Path(config_path), rerun)
+    model.load_state_dict(state)
     return model.to(device).eval()
 
 

@@ -26,7 +26,7 @@ PROFILES_DIR = Path("params")
 # one line and exit status 2. Each is looked up once its module is loaded (none was raised before),
 # so a command or stage that needs no torch never loads it.
 USER_ERRORS = {"taskgeom.artifacts.checkpoints": "CheckpointError", "taskgeom.data.hdf5": "StoreError",
-               "taskgeom.finite": "NonFiniteError"}
+               "taskgeom.data.sources": "SourceError", "taskgeom.finite": "NonFiniteError"}
 
 
 def user_error(exc: Exception) -> bool:
@@ -63,8 +63,9 @@ def run_stage(stage: Stage, args: argparse.Namespace) -> int:
     setup_logging(None)  # a call refused below writes nothing, its log file included
     params = config.load(args.params)
     value = getattr(args, stage.wildcard) if stage.wildcard else None
-    if stage.foreach and value not in config.get(params, stage.foreach):
-        raise config.ParamsError(f"{args.params}: {stage.wildcard} {value!r} is not listed in {stage.foreach}")
+    if stage.foreach and value not in (listed := config.get(params, stage.foreach)):
+        raise config.ParamsError(f"{args.params}: {stage.wildcard} {value!r} is not listed in {stage.foreach} "
+                                 f"(listed: {', '.join(listed) or 'none'})")
     inputs, outputs = resolve(stage, params, value)
     if missing := missing_inputs(inputs):
         raise FileNotFoundError(f"stage {stage.name}: missing input(s): {', '.join(missing)}")
@@ -87,6 +88,10 @@ def params_command(args: argparse.Namespace) -> int:
         config.load(args.file)
         print(f"{args.file}: valid")
         return 0
+    profiles = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+    if args.profile not in profiles:
+        raise config.ParamsError(f"{args.profile}: not a profile of {PROFILES_DIR}/ (profiles: {', '.join(profiles)}); "
+                                 "edit params.yaml itself, or add params/NAME.yaml")
     source = PROFILES_DIR / f"{args.profile}.yaml"
     config.load(source)  # never copy an invalid profile over a working params.yaml
     shutil.copyfile(source, "params.yaml")
@@ -159,8 +164,8 @@ def parser() -> argparse.ArgumentParser:
     psub = pp.add_subparsers(dest="action", required=True)
     check = psub.add_parser("check", help="Validate a parameters file against the schema.")
     check.add_argument("file", nargs="?", default="params.yaml")
-    use = psub.add_parser("use", help="Copy params/PROFILE.yaml over params.yaml (default, smoke, paper).")
-    use.add_argument("profile", help="a file params/PROFILE.yaml: default, smoke or paper")
+    use = psub.add_parser("use", help="Copy params/PROFILE.yaml over params.yaml (default, smoke, paper, ...).")
+    use.add_argument("profile", help="the name of a file params/PROFILE.yaml: default, smoke, paper, ...")
     pp.set_defaults(func=params_command)
     dv = sub.add_parser("dvc-yaml", help="Generate dvc.yaml from the stage registry (or --check it is current).")
     dv.add_argument("--check", action="store_true")

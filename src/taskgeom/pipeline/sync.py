@@ -226,7 +226,7 @@ def write_record(root: Path, output: Path, stage: Stage, value: str | None, para
     keys = param_keys(stage, params, value)
     mtime = (root / output).stat().st_mtime
     record = {
-        "rule": stage.name.replace("-", "_"),
+        "rule": stage.name,
         "input": input_files,
         "log": [stage.log.replace(f"{{{stage.wildcard}}}", value or "")],
         "shellcmd": stage.command(value) if value else stage.command(),

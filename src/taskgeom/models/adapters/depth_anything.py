@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from taskgeom.artifacts.checkpoints import CheckpointError
 from taskgeom.models.adapters.spec import AdapterSpec
 from taskgeom.models.host import ProbeHost, freeze
 from taskgeom.models.vit import Grid
@@ -50,14 +51,25 @@ def _as_list(value: Any) -> Any:
     return list(value) if isinstance(value, (list, tuple)) else value
 
 
-def _check_overrides(name: str, config: Any, overrides: Mapping[str, Any]) -> None:
+def _flat(config: Any, key: str) -> Any:
+    """The flat key ``key`` of a ``DepthAnythingConfig`` (head keys on it, the rest on its backbone's)."""
+    return _as_list(getattr(config if key in DEPTH_ANYTHING_HEAD else config.backbone_config, key, None))
+
+
+def _check_overrides(config_json: Path, config: Any, overrides: Mapping[str, Any]) -> None:
     """A checkpoint's config.json fixes the architecture: overrides must agree with it."""
     for key, want in overrides.items():
-        owner = config if key in DEPTH_ANYTHING_HEAD else config.backbone_config
-        have = getattr(owner, key, None)
-        if _as_list(have) != _as_list(want):
-            raise ValueError(f"paper model {name!r}: override {key}={want!r} disagrees with the checkpoint's "
-                             f"config.json ({key}={have!r})")
+        if (have := _flat(config, key)) != _as_list(want):
+            raise CheckpointError(f"{config_json}: {key} is {have!r} where the overrides ask {want!r}; drop "
+                                  f"overrides.{key} (the checkpoint's config sets it) or use a checkpoint of that size")
+
+
+def loaded_overrides(host: ProbeHost) -> dict[str, Any]:
+    """The flat overrides that build ``host``'s architecture: its config's keys that differ from
+    Depth-Anything-V2-Base (none for Base; e.g. the widths and depth of Small or Large)."""
+    config = host.model.config
+    return {key: _flat(config, key) for key, base in {**DEPTH_ANYTHING_BACKBONE, **DEPTH_ANYTHING_HEAD}.items()
+            if _flat(config, key) != _as_list(base)}
 
 
 class DepthAnythingHost(nn.Module):
@@ -185,7 +197,7 @@ def _build_depth_anything(path: Path | None, overrides: Mapping[str, Any]) -> Pr
         # local_files_only: never reach the hub; eager attention: jvp has no rule for fused SDPA on CPU.
         model = DepthAnythingForDepthEstimation.from_pretrained(
             str(directory), local_files_only=True, attn_implementation="eager")
-        _check_overrides(spec.name, model.config, overrides)
+        _check_overrides(directory / "config.json", model.config, overrides)
     _use_eager_attention(model)
     return freeze(DepthAnythingHost(model))
 
@@ -197,6 +209,7 @@ DEPTH_ANYTHING_V2 = AdapterSpec(
             "save_pretrained or downloaded from depth-anything/Depth-Anything-V2-Base-hf).",
     hf_repo="depth-anything/Depth-Anything-V2-Base-hf",
     build=_build_depth_anything,
+    loaded=loaded_overrides,
     tiny=dict(image_size=42, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
               out_indices=[1, 2, 3, 4], neck_hidden_sizes=[8, 16, 32, 32], fusion_hidden_size=16,
               head_hidden_size=8),

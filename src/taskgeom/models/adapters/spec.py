@@ -29,6 +29,9 @@ class AdapterSpec:
         hf_repo: the hub repository.
         build: (path, overrides) -> host.
         tiny: overrides for a small test config.
+        loaded: for a checkpoint whose own config fixes the architecture, ``loaded(host)`` gives the
+            overrides that build a host of it (what a copy of the host records); None where the
+            overrides given build it.
     """
 
     name: str
@@ -39,6 +42,7 @@ class AdapterSpec:
     hf_repo: str
     build: Callable[[Path | None, Mapping[str, Any]], ProbeHost]
     tiny: Mapping[str, Any] = field(default_factory=dict)
+    loaded: Callable[[ProbeHost], dict[str, Any]] | None = None
 
 
 def weight_files(directory: Path) -> list[Path]:
