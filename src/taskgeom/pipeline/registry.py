@@ -365,6 +365,7 @@ STAGES: tuple[Stage, ...] = (
         deps={
             "params_ok": PARAMS_OK,
             "findings": "results/findings.csv",
+            "findings_md": "results/findings.md",  # the summary and each claim's checks, shown as written
             "zoo_table": "results/zoo_table.csv",
             "data_summary": "results/data/summary.csv",
             "data_token_redundancy": "results/data/token_redundancy.csv",
