@@ -51,8 +51,7 @@ def write_dvc_files(ctx: StageContext, rows: list[dict], domain: str, resolution
 
 
 def run(ctx: StageContext) -> None:
-    name = ctx.wildcard
-    p = ctx.params["prune"]
+    name, p = ctx.wildcard, ctx.params["prune"]
     cfg = p["cls"][name]
     boot = ctx.params["learn"]["bootstrap"]
     dtype = torch.float32
