@@ -1,5 +1,6 @@
-"""The per-image values a pruning stage publishes recompute, with pandas and scipy alone, the
-p-values and intervals of its table and of the findings (docs/results.md), on the smoke run."""
+"""The per-image values the stages publish recompute, with pandas and scipy alone, the p-values
+and intervals of their tables and of the findings (docs/results.md), on the smoke run: a CLS and
+a dense item of the findings, a retrieval interval over queries, a head's intervals."""
 
 from __future__ import annotations
 
@@ -78,3 +79,31 @@ def test_a_cls_and_a_dense_finding_recompute_from_the_per_image_values(smoke_run
                {"domain": domain, "resolution": res, "schedule": "2-stage", "llf": True, "ratio": ratio,
                 "metric": "add_silog"},
                "2-stage pruning with LLF beats ToMe on dense depth from η = 0.2", f"tiny-dpt η {ratio:g}")
+
+
+def bootstrap(values: np.ndarray, boot: dict) -> tuple[float, float]:
+    ci = stats.bootstrap((values,), np.mean, n_resamples=boot["resamples"], confidence_level=boot["level"],
+                         method="percentile", random_state=np.random.default_rng(boot["seed"]),
+                         vectorized=True).confidence_interval
+    return float(ci.low), float(ci.high)
+
+
+def test_retrieval_and_head_intervals_recompute_from_their_values(smoke_run: Path):
+    boot = yaml.safe_load((smoke_run / "params.yaml").read_text())["learn"]["bootstrap"]
+    queries = pd.read_csv(smoke_run / "results/retrieval/runs/tiny-dpt_per_query.csv.gz", skiprows=1)
+    table14 = pd.read_csv(smoke_run / "results/retrieval/table14.csv", skiprows=1)
+    row = table14[(table14["model"] == "tiny-dpt") & (table14["method"] == "drm")].iloc[0]
+    rho = queries.query(f"domain == '{row['domain']}' and method == 'drm' and metric == 'rho'")["value"].to_numpy()
+    assert len(rho) == row["rho_n"]
+    assert np.allclose(bootstrap(rho, boot), (row["rho_low"], row["rho_high"]), rtol=1e-5)
+
+    head = "cls-embed-l4"
+    images = pd.read_csv(smoke_run / f"results/heads/{head}_per_image.csv.gz", skiprows=1)
+    summary = json.loads((smoke_run / f"results/heads/{head}.json").read_text())
+    test = images[images["quantity"] == "rho_test"]
+    seed_means = test["value"].to_numpy().reshape(test["seed"].nunique(), -1).mean(axis=1)  # over seeds: the table's
+    ours = summary["summary"]["rho_test"]
+    assert np.allclose(bootstrap(seed_means, boot), (ours["low"], ours["high"]), rtol=1e-12)
+    floor = images.loc[images["quantity"] == "rho_position_only", "value"].to_numpy()  # over images
+    assert np.allclose(bootstrap(floor, boot), (summary["rho_mean_map"]["low"], summary["rho_mean_map"]["high"]),
+                       rtol=1e-12)
