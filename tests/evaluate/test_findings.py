@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from taskgeom.evaluate.findings import CLAIMS, FAILS, HOLDS, MIXED, UNTESTED, findings, verdict
+from taskgeom.evaluate import findings_text
+from taskgeom.evaluate.findings import CLAIMS, FAILS, HOLDS, MIXED, UNTESTED, findings, judge_all, verdict
 from taskgeom.pipeline.registry import FINDINGS_INPUTS
 
 EMPTY = {name: pd.DataFrame() for c in CLAIMS for name in c.tables}
@@ -106,3 +107,24 @@ def test_vae_and_randnla_rules():
     assert table.loc["The VAE bottleneck cuts a dense probe's effective rank", "verdict"] == HOLDS
     row = table.loc["RandNLA supervision at q = 1 is as good as exact"]
     assert row["verdict"] == MIXED and row["checks"] == "1 of 2" and "c:" not in row["ours"]
+
+
+def test_the_summary_reads_in_one_screen_and_every_check_follows_it():
+    tables = {**EMPTY, "prune_table2": pd.concat([pruning(0.01, -0.5), pd.DataFrame(
+        [dict(source="paper", part="cls", model="dinov2", method=m, ratio=r, mean=v)
+         for m, r, v in (("tome_score", 0.5, 33.21), ("importance", 0.5, 0.76), ("importance", 0.1, 0.007))])])}
+    table, judged_ = findings(tables, SINGLE), judge_all(tables, SINGLE)
+    assert list(table.columns[:7]) == ["claim", "where", "paper", "ours", "checks", "verdict", "rule"]
+    row = table.set_index("claim").loc["Geometric merging beats ToMe on CLS decoders at every η"]
+    assert row["ours"] == "m η 0.2: 0.5 vs 1 (p 0.01); m η 0.5: 0.5 vs 1 (p 0.01)"  # every item, as before
+    assert row["paper_headline"] == "η 0.5: importance 0.76 vs ToMe 33.21"
+    assert row["ours_headline"] == "2 of 2 (model, η): importance lower, p < 0.05"
+    text = findings_text.markdown(judged_, table, "Caption.")
+    lines = text.splitlines()
+    assert [cell.strip() for cell in lines[2].split("|")[1:-1]] == ["claim", "verdict", "the paper", "ours"]
+    summary = lines[2:lines.index("", 2)]
+    assert len(summary) == 2 + len(CLAIMS) and all(len(cell.strip()) <= 80 for line in summary
+                                                   for cell in line.split("|"))
+    section = text.split("### Geometric merging beats ToMe on CLS decoders at every η: holds\n", 1)[1]
+    assert section.split("###")[0].count("- ✓ m η") == 2
+    assert "### The DRM keeps its lead over cosine across domains: not tested" in text

@@ -10,6 +10,7 @@ JSON                      a top-level ``"provenance"`` key
 HDF5                      the root attribute ``provenance`` (JSON)
 safetensors               the metadata entry ``provenance`` (JSON)
 CSV                       a first line ``# provenance: {...}``
+CSV, gzipped              the same first line, inside (per-image values, ``artifacts.values``)
 Markdown                  a first line ``<!-- provenance: {...} -->``
 LaTeX                     a first line ``% provenance: {...}``
 YAML                      a first line ``# provenance: {...}`` (a comment: DVC's metrics and
@@ -22,6 +23,7 @@ PNG, PDF                  the image metadata (``provenance`` / ``Subject``)
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from pathlib import Path
@@ -127,7 +129,7 @@ def read(path: str | Path) -> dict:
     """The provenance record inside ``path``; ValueError naming the file if it has none.
 
     Args:
-        path: a JSON, CSV, Markdown, LaTeX, YAML, HDF5, safetensors, PNG or PDF file.
+        path: a JSON, CSV (or gzipped CSV), Markdown, LaTeX, YAML, HDF5, safetensors, PNG or PDF file.
 
     Returns:
         The record.
@@ -140,7 +142,9 @@ def read(path: str | Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     suffix = path.suffix.lower()
-    if suffix == ".json":
+    if path.name.lower().endswith(".csv.gz"):  # per-image values (artifacts.values)
+        record, _ = split_header(gzip.decompress(path.read_bytes()).decode(), ".csv")
+    elif suffix == ".json":
         record = json.loads(path.read_text()).get(KEY)
     elif suffix in LINE_FORMS:
         record, _ = split_header(path.read_text(), suffix)

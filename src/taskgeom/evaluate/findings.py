@@ -23,13 +23,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from taskgeom.evaluate import headlines
+
 HOLDS, FAILS, MIXED, UNTESTED = "holds", "does not hold", "mixed", "not tested"
 ALPHA = 0.05
 Tables = dict[str, pd.DataFrame]
 Checks = list[tuple[str, bool]]  # (what was compared, whether the rule's condition held)
 Judged = tuple[str, Checks]      # (the paper's figure, our checks)
 TOME = "tome_score"  # ToMe's key-similarity score in the same reduction: the paper's Table 2 ToMe column
-COLUMNS = ("claim", "where", "paper", "ours", "checks", "verdict", "rule")
+COLUMNS = ("claim", "where", "paper", "ours", "checks", "verdict", "rule", "paper_headline", "ours_headline")
 
 # Our probes' counterparts among the paper's Table 1 rows, by (multi-view host, decoder).
 PAPER_PROBE = {(False, "cls"): "cls", (False, "depth"): "dpt-depth", (True, "camera"): "camera",
@@ -46,12 +48,17 @@ class Claim:
         tables: the tables it reads.
         rule: the rule its checks apply, in words.
         judge: (tables, multiview) -> (the paper's figure, our checks).
+        counted: what each check counts, for the one-phrase summary "k of n <counted>".
+        headline: tables -> the paper's headline figure in one phrase (``evaluate.headlines``),
+            "" where the tables hold none; None: the paper's figure is one phrase already.
     """
     claim: str
     where: str                                            # the paper's table or section
     tables: tuple[str, ...]                               # the tables it reads
     rule: str
     judge: Callable[[Tables, Callable[[str], bool]], Judged]
+    counted: str = "items meet the rule"
+    headline: Callable[[Tables], str] | None = None
 
 
 def verdict(outcomes: list[bool]) -> str:
@@ -246,6 +253,9 @@ def cls_merging(t: Tables, _) -> Judged:
             _beats(mine, lambda r: f"{r.model} η {r.ratio:g}"))
 
 
+DENSE_PAPER = "geometric ahead of ToMe only at η ≥ 0.20"
+
+
 def dense_pruning(t: Tables, _) -> Judged:
     """Importance against ToMe's score, 2-stage with LLF, η ≥ 0.2, on dense depth.
 
@@ -259,7 +269,7 @@ def dense_pruning(t: Tables, _) -> Judged:
     rows = table[(table["schedule"] == "2-stage") & (table["llf"].astype(str) == "True") & (table["method"] == TOME)
                  & (table["ratio"] >= 0.2) & (table["metric"] == "add_silog")]
     rows = rows[(rows["resolution"] == table["resolution"].min()) & (rows["domain"] == table["domain"].iloc[0])]
-    return "geometric ahead of ToMe only at η ≥ 0.20", _beats(rows, lambda r: f"{r.model} η {r.ratio:g}")
+    return DENSE_PAPER, _beats(rows, lambda r: f"{r.model} η {r.ratio:g}")
 
 
 def resolution_transfer(t: Tables, _) -> Judged:
@@ -308,39 +318,66 @@ PRUNING = "paired by image, p < 0.05"
 CLAIMS: tuple[Claim, ...] = (
     Claim("Each probe class falls in the paper's regime", "Table 1", ("diagnose_table1",),
           "per probe with a counterpart (same decoder, single- or multi-view host), Euclidean output: the same "
-          "regime", regimes),
+          "regime", regimes,
+          "probes in the paper's regime", headlines.regimes),
     Claim("Power iteration at q = 2 cuts the subspace error of q = 0", "App. C.3", ("diagnose_power_iterations",),
-          "per probe whose q = 0 error exceeds 1e-6: the q = 2 error is at most half of it", power_iteration),
+          "per probe whose q = 0 error exceeds 1e-6: the q = 2 error is at most half of it", power_iteration,
+          "probes: error at least halved", headlines.power_iteration),
     Claim("Spectral targets teach the importance head better than block norms", "§5.5, App. F",
           ("metric_importance",), "per block-norm head: the spectral head of the same probe and settings has a ρ "
-          "interval above its interval", spectral_targets),
+          "interval above its interval", spectral_targets, "pairs: spectral interval above",
+          headlines.spectral_targets),
     Claim("The importance head ranks tokens beyond their position", "§5.4", ("metric_importance",),
-          "per spectral head: its ρ interval lies above the position-only baseline's ρ", head_learns),
+          "per spectral head: its ρ interval lies above the position-only baseline's ρ", head_learns,
+          "heads above position alone", headlines.head_learns),
     Claim("RandNLA supervision at q = 1 is as good as exact", "Table 13", ("metric_table13",),
           "per probe with an exact-target SPN: the SPN on q = 1 targets reaches at least 0.9 of its v1",
-          randnla_supervision),
+          randnla_supervision, "probes at ≥ 0.9 of exact", headlines.randnla_supervision),
     Claim("The VAE bottleneck cuts a dense probe's effective rank", "§6", ("metric_vae",),
-          "per VAE: the latent probe's erank interval lies below the original probe's", vae_cut),
+          "per VAE: the latent probe's erank interval lies below the original probe's", vae_cut,
+          "VAEs: erank interval below", headlines.vae_cut),
     Claim("Geometric merging beats ToMe on CLS decoders at every η", "Table 2 (CLS)", ("prune_table2",),
-          f"per CLS model and η > 0: importance's degradation below ToMe's, {PRUNING}", cls_merging),
+          f"per CLS model and η > 0: importance's degradation below ToMe's, {PRUNING}", cls_merging,
+          "(model, η): importance lower, p < 0.05", headlines.cls_merging),
     Claim("2-stage pruning with LLF beats ToMe on dense depth from η = 0.2", "Table 2 (dense), App. E.1",
           ("prune_schedules",), "per dense model and η ≥ 0.2 (2-stage + LLF, first domain, base resolution): "
-          f"importance's added SILog below ToMe's, {PRUNING}", dense_pruning),
+          f"importance's added SILog below ToMe's, {PRUNING}", dense_pruning,
+          "(model, η): importance lower, p < 0.05"),
     Claim("Importance's lead over ToMe carries to higher resolutions", "Tables 4–5", ("prune_resolutions",),
           "per dense model, resolution above the base, schedule with LLF and η > 0: importance's added SILog "
-          f"below ToMe's, {PRUNING}", resolution_transfer),
+          f"below ToMe's, {PRUNING}", resolution_transfer,
+          "settings: importance lower, p < 0.05", lambda _: "Tables 4–5, at 336 and 448 px"),
     Claim("The DRM predicts decoder distance better than L2 and cosine", "Table 14", ("retrieval_table14",),
           "per model, domain and baseline (L2, cosine): the DRM's ρ interval lies above the baseline's",
-          drm_against("retrieval_table14", ("l2", "cosine"))),
+          drm_against("retrieval_table14", ("l2", "cosine")), "comparisons: DRM interval above",
+          lambda t: headlines.drm(t, "retrieval_table14")),
     Claim("The DRM keeps its lead over cosine across domains", "Table 15", ("retrieval_table15",),
           "per model, domain and baseline (cosine): the DRM's ρ interval lies above the baseline's",
-          drm_against("retrieval_table15", ("cosine",))),
+          drm_against("retrieval_table15", ("cosine",)), "comparisons: DRM interval above",
+          lambda t: headlines.drm(t, "retrieval_table15")),
 )
 
 
+def judge_all(tables: Tables, multiview: Callable[[str], bool]) -> list[tuple[Claim, str, Checks]]:
+    """Every claim judged from ``tables``: (claim, the paper's figure, our checks); a claim whose
+    tables hold no rows has no checks. ``multiview(model)`` tells a multi-view host from a
+    single-image one.
+
+    Args:
+        tables: table name -> DataFrame, every table a claim reads.
+        multiview: model name -> whether it is a multi-view host.
+
+    Returns:
+        One triple per claim of ``CLAIMS``, in order.
+    """
+    return [(c, *(("", []) if any(tables[n].empty for n in c.tables) else c.judge(tables, multiview)))
+            for c in CLAIMS]
+
+
 def findings(tables: Tables, multiview: Callable[[str], bool]) -> pd.DataFrame:
-    """One row per claim (``COLUMNS``), judged from ``tables``; a claim whose tables hold no rows
-    is not tested. ``multiview(model)`` tells a multi-view host from a single-image one.
+    """One row per claim (``COLUMNS``), judged from ``tables`` (``judge_all``); a claim whose
+    tables hold no rows is not tested. ``paper_headline`` and ``ours_headline`` say the paper's
+    figure and our count of successes in one phrase each.
 
     Args:
         tables: table name -> DataFrame, every table a claim reads.
@@ -350,10 +387,13 @@ def findings(tables: Tables, multiview: Callable[[str], bool]) -> pd.DataFrame:
         The findings, columns ``COLUMNS``.
     """
     rows = []
-    for c in CLAIMS:
-        theirs, checks = ("", []) if any(tables[n].empty for n in c.tables) else c.judge(tables, multiview)
+    for c, theirs, checks in judge_all(tables, multiview):
+        passed = sum(ok for _, ok in checks)
+        short = c.headline(tables) if c.headline is not None and checks else theirs
         rows.append({"claim": c.claim, "where": c.where, "paper": theirs or "—",
                      "ours": "; ".join(text for text, _ in checks) or "—",
-                     "checks": f"{sum(ok for _, ok in checks)} of {len(checks)}",
-                     "verdict": verdict([ok for _, ok in checks]), "rule": c.rule})
+                     "checks": f"{passed} of {len(checks)}",
+                     "verdict": verdict([ok for _, ok in checks]), "rule": c.rule,
+                     "paper_headline": short or theirs or "—",
+                     "ours_headline": f"{passed} of {len(checks)} {c.counted}" if checks else "—"})
     return pd.DataFrame(rows, columns=list(COLUMNS))

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import Tensor
 
@@ -192,6 +193,45 @@ def summary_rows(values: dict[str, np.ndarray], boot: dict, reference: str = "im
             row["p_vs_importance"] = wilcoxon_p(values[reference].mean(axis=0), per_image)
         rows.append(row)
     return rows
+
+
+KEYS = ("model", "domain", "resolution", "schedule", "llf", "ratio", "metric")  # a setting's columns, in order
+
+
+def per_image(values: dict[str, np.ndarray], seeds: list[int], setting: dict) -> pd.DataFrame:
+    """Tidy per-image values of one setting: its keys (``setting``, in ``KEYS`` order), method,
+    seed, image (the position in the source's selection) and value; one row per (method, seed,
+    image), the methods in ``values``' order, then the seeds in order, then the images.
+
+    Args:
+        values: method -> (seeds, images) per-image metric.
+        seeds: the seeds of the rows of each array, in order.
+        setting: the setting's key -> value (a subset of ``KEYS``).
+
+    Returns:
+        The rows; ``value`` keeps the arrays' dtype.
+    """
+    frames = []
+    for method, v in values.items():
+        n = v.shape[1]
+        frames.append(pd.DataFrame({**{k: setting[k] for k in KEYS if k in setting}, "method": method,
+                                    "seed": np.repeat(np.asarray(seeds), n), "image": np.tile(np.arange(n), len(seeds)),
+                                    "value": v.reshape(-1)}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def by_method(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The arrays of one setting's ``per_image`` rows: method -> (seeds, images), in the rows'
+    dtype and order (the inverse of ``per_image``).
+
+    Args:
+        frame: the rows of one setting.
+
+    Returns:
+        method -> (seeds, images) values.
+    """
+    return {method: rows["value"].to_numpy().reshape(rows["seed"].nunique(), -1)
+            for method, rows in frame.groupby("method", sort=False)}
 
 
 def schedule_name(schedule: list[int]) -> str:

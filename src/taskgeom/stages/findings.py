@@ -1,18 +1,22 @@
 """The ``findings`` stage: each of the paper's claims that the run tests, with the paper's figure,
 ours and a verdict by the claim's stated rule (``taskgeom.evaluate.findings``), from the tables
-the run wrote; REPORT.md shows it first."""
+the run wrote; REPORT.md shows it first. The CSV holds every column; the Markdown and LaTeX lead
+with one short phrase per cell (``evaluate.findings_text``), the Markdown then each claim's checks."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from taskgeom.artifacts.atomic import write_text
 from taskgeom.artifacts.tables import read_table, write_table
-from taskgeom.evaluate.findings import CLAIMS, findings
+from taskgeom.evaluate import findings_text
+from taskgeom.evaluate.findings import CLAIMS, findings, judge_all
 from taskgeom.pipeline.runtime import StageContext
 
-CAPTION = ("The paper's claims that this run tests: the paper's figure, ours, how many of the items each claim "
-           "applies to meet its rule, and the verdict (holds: all; does not hold: none; mixed: some; not tested: "
-           "the run has no such item), computed from the tables below by the rule stated in each row.")
+CAPTION = ("The paper's claims that this run tests: the verdict (holds: every item the claim applies to meets "
+           "its rule; does not hold: none does; mixed: some do; not tested: the run has no such item), the paper's "
+           "headline figure and how many items meet the rule, computed from the tables below; each claim's rule, "
+           "the paper's figures in full and every check follow the table.")
 
 
 def multiview(zoo: dict) -> Callable[[str], bool]:
@@ -22,8 +26,11 @@ def multiview(zoo: dict) -> Callable[[str], bool]:
 
 def run(ctx: StageContext) -> None:
     tables = {name: read_table(ctx.inputs[name]) for name in sorted({n for c in CLAIMS for n in c.tables})}
+    judged = judge_all(tables, multiview(ctx.params["zoo"]))
     table = findings(tables, multiview(ctx.params["zoo"]))
     for row in table.itertuples():
         ctx.log.info("%s: %s (%s)", row.claim, row.verdict, row.checks)
-    write_table(table, ctx.outputs["csv"], ctx.outputs["md"], ctx.outputs["tex"], caption=CAPTION,
-                provenance=ctx.provenance())
+    write_table(table, ctx.outputs["csv"], provenance=ctx.provenance())
+    write_text(ctx.outputs["md"], findings_text.markdown(judged, table, CAPTION), ctx.provenance())
+    write_text(ctx.outputs["tex"], findings_text.summary(table).to_latex(index=False, caption=CAPTION, escape=True),
+               ctx.provenance())

@@ -3,7 +3,8 @@
 Spearman ρ between predicted and target importance on the held-out test images (paper §5.4–5.5,
 App. F). Two floors: the untrained head of the same seed, and the mean training target of each
 token slot (what position alone predicts). Every seed's head is saved, for the pruning stages
-to average over."""
+to average over. Each image's ρ behind those means (per seed and quantity, and the position-only
+floor's, whose interval is a bootstrap over images) is published beside the metrics."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
+from taskgeom.artifacts.values import write_values
 from taskgeom.evaluate.stats import spearman, summarize
 from taskgeom.finite import check_metrics
 from taskgeom.metric.checkpoint import save_seeds
@@ -43,6 +45,13 @@ def rho_per_image(pred: np.ndarray, target: np.ndarray) -> np.ndarray:
     return np.array([spearman(p, t) for p, t in zip(pred, target)])
 
 
+def per_image_rows(head: str, quantity: str, seed: int | None, rho: np.ndarray) -> pd.DataFrame:
+    """Tidy rows of one quantity's per-image ρ (held-out images, in the target file's order):
+    head, quantity, seed (empty for the position-only floor, which has none), image, value."""
+    return pd.DataFrame({"head": head, "quantity": quantity, "seed": pd.array([seed] * len(rho), dtype="Int64"),
+                         "image": np.arange(len(rho)), "value": rho})
+
+
 def write_dvc_files(ctx: StageContext, summary: dict, rho_mean_map: float, curves: list[dict]) -> None:
     """Spearman ρ on the held-out images, means over seeds, beside its floors (a DVC metric); the
     training loss, mean over seeds (a DVC plot)."""
@@ -70,6 +79,7 @@ def run(ctx: StageContext) -> None:
     score = lambda model, F: model(F)
     loss = lambda model, b: head_loss(model(b["features"]), b[key], cfg["w_rank"])
     seeds, curves, examples, heads = [], [], None, {}
+    tidy = [per_image_rows(name, "rho_position_only", None, rho_mean_map)]
     torch.use_deterministic_algorithms(True, warn_only=True)
     for seed in cfg["seeds"]:
         torch.manual_seed(seed)
@@ -82,10 +92,12 @@ def run(ctx: StageContext) -> None:
         pred = predict(head, test, score, ctx.device)
         rho = rho_per_image(pred, truth["test"])
         rho_val = rho_per_image(predict(head, val, score, ctx.device), truth["val"])
-        row = {"seed": seed, "rho_test": float(rho.mean()), "rho_val": float(rho_val.mean()),
-               "rho_random_init": float(floor.mean())}  # timings go to the log only: reruns give identical bytes
+        per = {"rho_test": rho, "rho_val": rho_val, "rho_random_init": floor}
         if exact_truth is not None:
-            row["rho_test_vs_exact"] = float(rho_per_image(pred, exact_truth).mean())
+            per["rho_test_vs_exact"] = rho_per_image(pred, exact_truth)
+        tidy += [per_image_rows(name, quantity, seed, v) for quantity, v in per.items()]
+        # timings go to the log only: reruns give identical bytes
+        row = {"seed": seed, **{quantity: float(v.mean()) for quantity, v in per.items()}}
         check_metrics(f"head {name} seed {seed}", row)
         seeds.append(row)
         curves += [{"seed": seed, "step": s, "loss": v} for s, v in curve.points]
@@ -105,4 +117,5 @@ def run(ctx: StageContext) -> None:
         "rho_mean_map": summarize(rho_mean_map.tolist(), boot["resamples"], boot["level"], boot["seed"]).as_dict(),
         "seeds_detail": seeds, "summary": summary, "examples": examples, "provenance": ctx.provenance()})
     write_table(pd.DataFrame(curves), ctx.outputs["curve"], provenance=ctx.provenance())
+    write_values(pd.concat(tidy, ignore_index=True), ctx.outputs["values"], provenance=ctx.provenance())
     write_dvc_files(ctx, summary, float(rho_mean_map.mean()), curves)

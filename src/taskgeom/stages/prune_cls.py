@@ -6,7 +6,9 @@ compared with the unreduced one: degradation ×100 = 100·(1 − cos). The model
 the paper's models do. Settings:
 each domain at the base resolution, and the first domain at the further resolutions. On the
 base setting the pruned embeddings are also classified by weighted k-NN against the unpruned
-embeddings of the training split.
+embeddings of the training split. Every per-image value behind the table's means, intervals and
+paired tests is published beside it (``prune.protocol.per_image``), and the table is computed
+from those rows.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch.nn.functional as F_
 
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
+from taskgeom.artifacts.values import write_values
 from taskgeom.data.batches import digest_of
 from taskgeom.evaluate.knn import knn_correct
 from taskgeom.models.host import run_decoder
@@ -25,9 +28,11 @@ from taskgeom.pipeline.runtime import StageContext
 from taskgeom.prune.cls_merge import merged_forward_from, unreduced_prefix
 from taskgeom.prune.protocol import (
     batched,
+    by_method,
     generator,
     load_host,
     load_learned,
+    per_image,
     role_batch,
     seed_runs,
     settings,
@@ -46,8 +51,7 @@ def write_dvc_files(ctx: StageContext, rows: list[dict], domain: str, resolution
 
 
 def run(ctx: StageContext) -> None:
-    name = ctx.wildcard
-    p = ctx.params["prune"]
+    name, p = ctx.wildcard, ctx.params["prune"]
     cfg = p["cls"][name]
     boot = ctx.params["learn"]["bootstrap"]
     dtype = torch.float32
@@ -58,7 +62,7 @@ def run(ctx: StageContext) -> None:
     sources = ctx.params["sources"]
     train = role_batch(ctx.inputs, sources, host, "bank", base_res, p["knn"]["bank_images"], "prune.knn.bank_images")[0]
     bank, bank_labels = batched(embed, train.x, p["batch_size"]), train.labels
-    rows, seen = [], {}
+    rows, tidy, seen = [], [], {}
     for domain, res in settings(p):
         data, source = role_batch(ctx.inputs, sources, host, domain, res, count, "prune.images")
         x, labels = data.x, data.labels
@@ -90,12 +94,15 @@ def run(ctx: StageContext) -> None:
                 if base_setting:
                     correct[method] = np.stack(hits).astype(np.float64)
             common = {"model": name, "domain": domain, "resolution": res, "ratio": ratio}
-            rows += [{**common, "metric": "cls_degradation", **r} for r in summary_rows(values, boot)]
+            tidy.append(per_image(values, p["seeds"], {**common, "metric": "cls_degradation"}))
+            rows += [{**common, "metric": "cls_degradation", **r} for r in summary_rows(by_method(tidy[-1]), boot)]
             if base_setting:
+                tidy.append(per_image(correct, p["seeds"], {**common, "metric": "knn_top1"}))
                 rows += [{**common, "metric": "knn_top1", **{k: v for k, v in r.items() if k != "p_vs_importance"}}
-                         for r in summary_rows(correct, boot)]
+                         for r in summary_rows(by_method(tidy[-1]), boot)]
             ctx.log.info("%s %s@%d η=%.2f: %s", name, domain, res, ratio,
                          ", ".join(f"{m} {v.mean():.3g}" for m, v in values.items()))
+    write_values(pd.concat(tidy, ignore_index=True), ctx.outputs["values"], provenance=ctx.provenance())
     write_table(pd.DataFrame(rows), ctx.outputs["table"], provenance=ctx.provenance())
     write_json(ctx.outputs["summary"], {"model": name, **cfg, "knn_top1_unpruned": unpruned,
                                         "images": count, "seeds": p["seeds"],

@@ -7,7 +7,8 @@ pruned depth is compared with the unpruned depth (additional SILog ×100) and, f
 ground truth, with the ground truth (SILog ×100), over pixels with valid depth (every pixel
 without ground truth). Settings: each domain at the base resolution (the first of
 ``prune.resolutions``), the first domain at the further resolutions, all with LLF; and the base
-setting without LLF.
+setting without LLF. Every per-image value behind the table's means, intervals and paired tests
+is published beside it (``prune.protocol.per_image``), and the table is computed from those rows.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
+from taskgeom.artifacts.values import write_values
 from taskgeom.data.batches import digest_of
 from taskgeom.evaluate.stats import spearman
 from taskgeom.evaluate.tasks import silog, valid_depth
@@ -29,9 +31,11 @@ from taskgeom.prune.blocks import attention_block
 from taskgeom.prune.llf import pruned_forward
 from taskgeom.prune.protocol import (
     batched,
+    by_method,
     generator,
     load_host,
     load_learned,
+    per_image,
     role_batch,
     schedule_name,
     seed_runs,
@@ -98,7 +102,7 @@ def run(ctx: StageContext) -> None:
     base_res, count = p["resolutions"][0], cfg.get("images", p["images"])
     learned = load_learned(ctx.inputs, p["seeds"], base, ctx.device)
     decoder = cfg["decoder"]
-    rows, examples, seen = [], None, {}
+    rows, tidy, examples, seen = [], [], None, {}
     runs = [(d, r, True) for d, r in settings(p)] + [(p["domains"][0], base_res, False)]
     for domain, res, llf in runs:
         batch, source = role_batch(ctx.inputs, ctx.params["sources"], host, domain, res, count, "prune.images",
@@ -134,12 +138,15 @@ def run(ctx: StageContext) -> None:
                     add[method], vs_gt[method] = np.stack(a), np.stack(g)
                 common = {"model": name, "domain": domain, "resolution": res, "schedule": schedule_name(schedule),
                           "llf": llf, "ratio": ratio}
-                rows += [{**common, "metric": "add_silog", **r} for r in summary_rows(add, boot)]
+                tidy.append(per_image(add, p["seeds"], {**common, "metric": "add_silog"}))
+                rows += [{**common, "metric": "add_silog", **r} for r in summary_rows(by_method(tidy[-1]), boot)]
                 if gt is not None:
+                    tidy.append(per_image(vs_gt, p["seeds"], {**common, "metric": "silog_gt"}))
                     rows += [{**common, "metric": "silog_gt", "unpruned": unpruned_gt, **r}
-                             for r in summary_rows(vs_gt, boot)]
+                             for r in summary_rows(by_method(tidy[-1]), boot)]
                 ctx.log.info("%s %s@%d %s llf=%s η=%.2f: %s", name, domain, res, schedule_name(schedule), llf, ratio,
                              ", ".join(f"{m} {v.mean():.3g}" for m, v in add.items()))
+    write_values(pd.concat(tidy, ignore_index=True), ctx.outputs["values"], provenance=ctx.provenance())
     write_table(pd.DataFrame(rows), ctx.outputs["table"], provenance=ctx.provenance())
     write_json(ctx.outputs["summary"], {"model": name, **cfg, "images": count, "seeds": p["seeds"],
                                         "near_duplicate_keys": {"layer": cfg["schedules"][0][0],

@@ -98,9 +98,8 @@ NO_ROWS = "_No rows: this profile runs nothing that this table reports._"
 
 SECTIONS = (
     Section("Findings: the paper's claims on this run", "findings",
-            "Each claim of the paper that this run tests, judged from the tables below by the rule in its row "
-            "(`taskgeom.evaluate.findings`): holds where every item it applies to meets the rule, does not hold "
-            "where none does, mixed in between, not tested where the profile has no such item."),
+            "Judged by `taskgeom.evaluate.findings`. The per-image values behind every p-value and interval are "
+            "published beside each stage's results; docs/results.md shows how to recompute them.", pivots=True),
     Section("Data", "data_summary",
             "The synthetic RGB-D world as stored: splits, views, resolutions, class balance, the share of indoor "
             "rooms, depth and far-plane statistics and the RGB power-spectrum slope (natural images ≈ −2).",

@@ -9,7 +9,8 @@ curve's held-out loss, and every method's linear calibration for the MAE). Three
 DRM (both terms), no regression (the scale is unsupervised: A stays at its initialisation), and
 no distillation (the token weights lose their anchor). Evaluation: queries and a disjoint gallery
 from the test split, on the base domain (in-distribution) and on the sketch renders (cross-domain:
-trained on the base domain only), ranked against the true decoder-output distance.
+trained on the base domain only), ranked against the true decoder-output distance. The per-query
+values behind each row (ρ, calibrated MAE, recall@k) are published beside the run's metrics.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from torch import Tensor
 from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
+from taskgeom.artifacts.values import write_values
 from taskgeom.data.batches import digest_of, read_inputs
 from taskgeom.data.hdf5 import read_attr_json
 from taskgeom.data.sources import need
@@ -167,17 +169,33 @@ def train_variants(ctx: StageContext, cfg: dict, dim: int, F: Tensor, true_train
     return models, curves
 
 
-def method_rows(domain: str, pred: dict[str, np.ndarray], true: np.ndarray, calibration: dict, cfg: dict,
+def per_query(pred: dict[str, np.ndarray], true: np.ndarray, calibration: dict, cfg: dict) -> dict:
+    """Per-query values of every method: (method, metric) -> (queries,) for the metrics rho, mae
+    and recall@k; the values ``method_rows`` aggregates, each in its own dtype."""
+    return {(m, metric): v for m in pred for metric, v in (
+        ("rho", spearman_per_query(pred[m], true)), ("mae", calibrated_mae(pred[m], true, calibration[m])),
+        *((f"recall@{k}", recall_at_k(pred[m], true, k)) for k in cfg["recall_k"]))}
+
+
+def tidy_values(name: str, domain: str, values: dict) -> pd.DataFrame:
+    """``per_query``'s values as tidy rows: model, domain, method, metric, query (its position
+    among the queries) and value."""
+    return pd.concat([pd.DataFrame({"model": name, "domain": domain, "method": m, "metric": metric,
+                                    "query": np.arange(len(v)), "value": v}) for (m, metric), v in values.items()],
+                     ignore_index=True)
+
+
+def method_rows(domain: str, values: dict, pred: dict[str, np.ndarray], true: np.ndarray, cfg: dict,
                 boot: dict) -> list[dict]:
-    """One row per method (rank correlation, calibrated MAE, recall@k), then the two-stage search."""
+    """One row per method from its per-query ``values`` (rank correlation with its bootstrap
+    interval over queries, calibrated MAE, recall@k), then the two-stage search."""
     rows = []
     for m in pred:
-        rho = spearman_per_query(pred[m], true)
         row = {"domain": domain, "method": m,
-               **{f"rho_{k}": v for k, v in summarize(rho, boot["resamples"], boot["level"], boot["seed"])
-                  .as_dict().items()},
-               "mae": float(calibrated_mae(pred[m], true, calibration[m]).mean())}
-        row |= {f"recall@{k}": float(recall_at_k(pred[m], true, k).mean()) for k in cfg["recall_k"]}
+               **{f"rho_{k}": v for k, v in summarize(values[m, "rho"], boot["resamples"], boot["level"],
+                                                      boot["seed"]).as_dict().items()},
+               "mae": float(values[m, "mae"].mean())}
+        row |= {f"recall@{k}": float(values[m, f"recall@{k}"].mean()) for k in cfg["recall_k"]}
         rows.append(row)
     staged = two_stage(pred["cosine"], pred["drm"], cfg["shortlist"])
     rows.append({"domain": domain, "method": f"cosine top-{cfg['shortlist']} → drm",
@@ -186,9 +204,10 @@ def method_rows(domain: str, pred: dict[str, np.ndarray], true: np.ndarray, cali
 
 
 def evaluate_domain(ctx: StageContext, cfg: dict, host, models: dict, calibration: dict,
-                    domain: str) -> tuple[list[dict], list[dict], dict, dict]:
-    """Queries against the gallery on ``domain``: its rows, example rankings, scatter sample, and
-    what was read (the source's first queries + gallery items, which the rankings index)."""
+                    domain: str) -> tuple[list[dict], pd.DataFrame, list[dict], dict, dict]:
+    """Queries against the gallery on ``domain``: its rows, their per-query values, example
+    rankings, scatter sample, and what was read (the source's first queries + gallery items,
+    which the rankings index)."""
     n_q, n_g = cfg["queries"], cfg["gallery"]
     what = f"retrieval.{ctx.wildcard}.sources.{domain}"
     source, prep = preprocess.open_for_host(ctx.inputs[f"source_{domain}"], ctx.params["sources"], host,
@@ -200,7 +219,8 @@ def evaluate_domain(ctx: StageContext, cfg: dict, host, models: dict, calibratio
     Fq, Fg = Ft[:n_q], Ft[n_q:]
     true = silog_matrix(log_t[:n_q], log_t[n_q:]).numpy()
     pred = {m: distances(m, models, Fq, Fg) for m in (*VARIANTS, *BASELINES)}
-    rows = method_rows(domain, pred, true, calibration, cfg, ctx.params["learn"]["bootstrap"])
+    values = per_query(pred, true, calibration, cfg)
+    rows = method_rows(domain, values, pred, true, cfg, ctx.params["learn"]["bootstrap"])
     pick = np.random.default_rng(cfg["seed"]).choice(true.size, size=min(2000, true.size), replace=False)
     scatter = {"true": true.ravel()[pick].tolist(),
                **{m: (calibration[m][0] * pred[m].ravel()[pick] + calibration[m][1]).tolist()
@@ -210,7 +230,7 @@ def evaluate_domain(ctx: StageContext, cfg: dict, host, models: dict, calibratio
                  "cosine": (n_q + np.argsort(pred["cosine"][i], kind="stable")[:5]).tolist(),
                  "true": (n_q + np.argsort(true[i], kind="stable")[:5]).tolist()}
                 for i in range(cfg["examples"])]
-    return rows, examples, scatter, seen
+    return rows, tidy_values(ctx.wildcard, domain, values), examples, scatter, seen
 
 
 def write_dvc_files(ctx: StageContext, rows: list[dict], curves: list[dict]) -> None:
@@ -247,11 +267,12 @@ def run(ctx: StageContext) -> None:
     methods = (*VARIANTS, *BASELINES)
     calibration = {m: fit_calibration(distances(m, models, held, held)[upper], true_held[upper]) for m in methods}
 
-    rows, examples, scatter, seen = [], {}, {}, {}
+    rows, tidy, examples, scatter, seen = [], [], {}, {}, {}
     for domain in cfg["domains"]:
-        domain_rows, examples[domain], scatter[domain], seen[domain] = evaluate_domain(ctx, cfg, host, models,
-                                                                                        calibration, domain)
+        domain_rows, values, examples[domain], scatter[domain], seen[domain] = evaluate_domain(
+            ctx, cfg, host, models, calibration, domain)
         rows += domain_rows
+        tidy.append(values)
         ctx.log.info("%s %s: ρ %s", name, domain, ", ".join(f"{r['method']} {r.get('rho_mean', float('nan')):.3f}"
                                                             for r in rows if r["domain"] == domain))
     drm = models["drm"]
@@ -259,6 +280,7 @@ def run(ctx: StageContext) -> None:
         Path(ctx.inputs["head_config"]).read_text())["architecture"]}
     zoo.save(drm, zoo_cfg, ctx.outputs["weights"], ctx.outputs["config"], ctx.provenance())
     write_table(pd.DataFrame(curves), ctx.outputs["curve"], provenance=ctx.provenance())
+    write_values(pd.concat(tidy, ignore_index=True), ctx.outputs["values"], provenance=ctx.provenance())
     write_json(ctx.outputs["metrics"], {
         "name": name, **cfg, "parameters": param_count(drm), "train_images": len(train_ids),
         "holdout_images": len(held_ids), "calibration": calibration, "rows": rows, "examples": examples,
