@@ -12,14 +12,14 @@ DVC plots with their axes), for ``dvc exp show``, ``dvc metrics diff`` and ``dvc
 A plot's series are fixed here (DVC needs its fields by name): its runner writes exactly these
 fields, ``None`` for one a configuration lacks (tests/test_dvc_metrics.py checks they agree).
 
-In DVC every stage depends on ``check-params``, whose output never changes while
-params.yaml is valid: an invalid params.yaml stops DVC there, before any stage deletes
-its outputs to rerun. It is DVC's counterpart of the Snakefile's ``validate(config)``,
-which stops Snakemake before it builds its DAG, so Snakemake has no such rule.
+In DVC every stage depends on ``check-params``, whose output never changes while params.yaml is
+valid: an invalid params.yaml stops DVC there, before any stage deletes its outputs to rerun. It is
+DVC's counterpart of the Snakefile's ``validate(config)``, which stops Snakemake before it builds its
+DAG, so Snakemake has no such rule.
 
-A stage's ``seconds`` (the job order's costs, ``schedule``) is the mean wall time of its jobs in
-the default profile's run of commit 3a289bf on 2 cores (``benchmarks/stage_profile.py``, committed
-as results/benchmarks/default_run_profile.csv in a11fabc), rounded; declared, not read from a file.
+A stage's ``seconds`` (``schedule``'s job costs) is its jobs' mean wall time, rounded, in the default
+run of 3a289bf on 2 cores (``benchmarks/stage_profile.py``; results/benchmarks/default_run_profile.csv
+of a11fabc): declared, not read from a file.
 """
 
 from __future__ import annotations
@@ -110,8 +110,7 @@ STAGES: tuple[Stage, ...] = (
         foreach="zoo",
         keyed=True,
         mem_mb=6000,
-        runtime=60, seconds=995,
-        gpu=True,
+        runtime=60, seconds=995, gpu=True,
     ),
     Stage(
         name="zoo-table",
@@ -138,8 +137,7 @@ STAGES: tuple[Stage, ...] = (
         foreach="diagnose.probes",
         keyed=True,
         mem_mb=8000,
-        runtime=60, seconds=49,
-        gpu=True,
+        runtime=60, seconds=49, gpu=True,
     ),
     Stage(
         name="diagnose-tables",
@@ -169,8 +167,7 @@ STAGES: tuple[Stage, ...] = (
         foreach="vae",
         keyed=True,
         mem_mb=6000,
-        runtime=60, seconds=242,
-        gpu=True,
+        runtime=60, seconds=242, gpu=True,
     ),
     Stage(
         name="targets",
@@ -185,8 +182,7 @@ STAGES: tuple[Stage, ...] = (
         foreach="learn.probes",
         keyed=True,
         mem_mb=8000,
-        runtime=120, seconds=320,
-        gpu=True,
+        runtime=120, seconds=320, gpu=True,
     ),
     Stage(
         name="spn",
@@ -203,8 +199,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="probe",
         foreach="learn.spn",
         keyed=True,
-        runtime=60, seconds=209,
-        gpu=True,
+        runtime=60, seconds=209, gpu=True,
     ),
     Stage(
         name="head",
@@ -221,8 +216,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="head",
         foreach="learn.heads",
         keyed=True,
-        runtime=60, seconds=34,
-        gpu=True,
+        runtime=60, seconds=34, gpu=True,
     ),
     Stage(
         name="metric-tables",
@@ -300,8 +294,7 @@ STAGES: tuple[Stage, ...] = (
         foreach="prune.dense",
         keyed=True,
         threads=2,                       # timings: a 2-core machine to itself
-        runtime=60, seconds=103,
-        gpu=True,
+        runtime=60, seconds=103, gpu=True,
     ),
     Stage(
         name="prune-tables",
