@@ -28,7 +28,8 @@ report: "docs/report/workflow.rst"
 
 validate(config, "src/taskgeom/params.schema.yaml")
 taskgeom_config.validate(config, "params.yaml")
-follow_dvc(config)  # after `dvc repro`, `dvc checkout` or `dvc pull`: take DVC's state (pipeline/sync.py)
+if workflow.is_main_process:  # not in a job that a cluster runs with its own `snakemake`
+    follow_dvc(config)  # after `dvc repro`, `dvc checkout` or `dvc pull`: take DVC's state (pipeline/sync.py)
 
 
 wildcard_constraints:
@@ -60,4 +61,4 @@ include: "rules/report.smk"
 
 onsuccess:
     # Record in dvc.lock what this run brought up to date, so `dvc status` agrees (pipeline/sync.py).
-    commit_to_dvc(job.shellcmd for job in workflow.dag.jobs if job.shellcmd)
+    commit_to_dvc((job.shellcmd for job in workflow.dag.jobs if job.shellcmd), params=config)
