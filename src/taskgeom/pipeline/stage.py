@@ -76,6 +76,7 @@ class Stage:
     runtime: int = 10                    # minutes, for cluster schedulers
     gpu: bool = False                    # benefits from a GPU (device: auto uses one)
     dvc_only: bool = False               # a stage only DVC needs (see check-params)
+    persist: bool = False                # DVC keeps its outputs in place while it reruns it (``persist: true``)
     metrics: tuple[str, ...] = ()        # names of outs that DVC declares as metrics
     plots: dict[str, Plot] = field(default_factory=dict)  # names of outs that DVC draws, and how
 
