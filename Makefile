@@ -6,7 +6,7 @@ VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 CORES ?= 2
 
-.PHONY: venv reproduce test test-fast lint lock dvc-yaml clean-venv
+.PHONY: venv reproduce test test-fast lint lock dvc-yaml benchmarks benchmarks-long clean-venv
 
 venv:
 	bash envs/setup-venv.sh
@@ -33,6 +33,16 @@ lint: venv
 
 dvc-yaml: venv
 	taskgeom dvc-yaml
+
+# Every file under results/benchmarks/, each stamped with the commit and whether the tree was clean
+# (benchmarks/run_all.py): run it in a clean checkout of a commit. `benchmarks` runs those that need
+# the checkout alone (minutes); `benchmarks-long` first runs the default profile's DAG here, then
+# every benchmark, the crash and fault sweeps on a smoke run and the test loop's cost (hours).
+benchmarks: venv
+	python benchmarks/run_all.py
+
+benchmarks-long: venv
+	python benchmarks/run_all.py --long
 
 # Re-resolve the lock from envs/requirements.in and hash every file (needs the package index);
 # `bash envs/lock.sh envs/requirements.lock` re-hashes the current pins without resolving.

@@ -6,14 +6,14 @@
 import sys
 from pathlib import Path
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 sys.path.insert(0, f"{workflow.basedir}/src")  # this checkout's registry, whatever is installed
 
 from taskgeom.pipeline import config as taskgeom_config
 from taskgeom.pipeline.dag import snakemake_rule
 from taskgeom.pipeline.registry import final_outputs
-from taskgeom.pipeline.schedule import COSTS, priorities
+from taskgeom.pipeline.schedule import priorities
 from taskgeom.pipeline.sync import commit_to_dvc, follow_dvc
 
 min_version("9.0")
@@ -26,8 +26,12 @@ configfile: "params.yaml"
 report: "docs/report/workflow.rst"
 
 
-validate(config, "src/taskgeom/params.schema.yaml")
-taskgeom_config.validate(config, "params.yaml")
+# the schema (src/taskgeom/params.schema.yaml) and the cross-checks, one line per problem naming its
+# key, as `taskgeom params check` says them (not jsonschema's dump of the schema)
+try:
+    taskgeom_config.validate(config, "params.yaml")
+except taskgeom_config.ParamsError as err:
+    sys.exit(f"taskgeom: error: {err}")
 if workflow.is_main_process:  # not in a job that a cluster runs with its own `snakemake`
     follow_dvc(config)  # after `dvc repro`, `dvc checkout` or `dvc pull`: take DVC's state (pipeline/sync.py)
 

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
+from stamp import write_stamped
 
 from taskgeom.pipeline import config
 from taskgeom.pipeline.registry import STAGES
@@ -121,12 +122,10 @@ def crash(repo: Path, front_end: str, stage: Stage, item: str | None, delay: flo
 
 
 def write_result(table: pd.DataFrame, out: Path, name: str, title: str, summary: str) -> None:
-    """``table`` as <out>/<name>.csv and, under ``title`` and ``summary`` (stamped with the
-    Python version and date), as <out>/<name>.md; the summary is printed too."""
+    """``table`` as <out>/<name>.csv and, under ``title`` and ``summary`` (with the Python version
+    and date), as <out>/<name>.md, both stamped with the code (``stamp``); the summary is printed too."""
     summary += f" Python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}."
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / f"{name}.csv", index=False)
-    (out / f"{name}.md").write_text(f"# {title}\n\n{summary}\n\n{table.to_markdown(index=False)}\n")
+    write_stamped(out, name, table, f"# {title}\n\n{summary}\n\n{table.to_markdown(index=False)}")
     print(summary)
 
 

@@ -26,14 +26,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from diagnose_cost import host_for, inputs_for  # noqa: E402
+from stamp import write_stamped  # noqa: E402
 
-from taskgeom.artifacts.atomic import write_text  # noqa: E402
 from taskgeom.diagnostics import R90_LEVEL, _summaries  # noqa: E402
 from taskgeom.linalg.dense import dense_jacobian, gram_spectrum  # noqa: E402
 from taskgeom.linalg.lanczos import xlogx  # noqa: E402
 from taskgeom.linalg.sketch import r90 as first_reaching  # noqa: E402
 from taskgeom.pipeline import config  # noqa: E402
-from taskgeom.pipeline.runtime import code_version  # noqa: E402
 from taskgeom.probes import ProbeMap  # noqa: E402
 
 OUT = Path("results/benchmarks")
@@ -97,12 +96,10 @@ def main() -> None:
         print(f"{name}: J {tuple(J.shape)} svd {svd_s:.1f} s, gram {gram_s:.1f} s; "
               + ", ".join(f"{key} {v:.1e}" for key, v in errors.items()), flush=True)
     table = pd.DataFrame(rows)
-    OUT.mkdir(parents=True, exist_ok=True)
-    table.to_csv(OUT / "dense_spectrum.csv", index=False)
     header = (f"# The dense reference's spectrum: SVD against the Gram eigendecomposition\n\n"
-              f"{platform.processor() or platform.machine()}, 1 thread, code {code_version()}, "
+              f"{platform.processor() or platform.machine()}, 1 thread, "
               f"median of {args.repeats} (min and max in the CSV); first test image per probe.\n\n")
-    write_text(OUT / "dense_spectrum.md", header + table.to_markdown(index=False, floatfmt=".3g") + "\n")
+    write_stamped(OUT, "dense_spectrum", table, header + table.to_markdown(index=False, floatfmt=".3g"))
 
 
 if __name__ == "__main__":

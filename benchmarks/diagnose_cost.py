@@ -19,11 +19,18 @@ at block 10, with the process's peak resident memory. --plain-vit adds a user's 
 comes: a random 6-block, 192-wide timm ViT (timm's defaults, fused attention on) with a
 16-channel linear dense head, probed by a plain closure and called as the README does, once with
 its parameters requiring grad (as built) and once frozen, with the ratio of the two costs and
-whether any returned tensor requires grad. Results: results/benchmarks/diagnose_cost.{csv,md}
-(and diagnose_paper_scale.{csv,md}, diagnose_plain_vit.{csv,md}). All ratios come from timings
-taken in this one run.
+whether any returned tensor requires grad. --inspect times `taskgeom inspect`'s library path per image
+(files read and decoded, timm's transform, `inspect_model` at a middle and a late block) against
+`ProbeMap.at` + `diagnose` alone on the same preprocessed images, layers and seeds, on a random
+reduced DINOv2-with-registers, alternating which runs first, --repeats times; its outputs (JSON
+and figure), written once per run, are timed apart.
+Results: results/benchmarks/diagnose_cost.{csv,md} (and diagnose_paper_scale.{csv,md},
+diagnose_plain_vit.{csv,md}, diagnose_inspect.{csv,md}). All ratios come from timings taken in
+this one run.
 
-    python benchmarks/diagnose_cost.py [--images 3] [--repeats 3] [--paper-scale] [--plain-vit] [--device cpu]
+    python benchmarks/diagnose_cost.py [--images 3] [--repeats 3] [--paper-scale] [--plain-vit] [--inspect]
+                                       [--no-probes] [--device cpu]
+--no-probes: the --paper-scale and --plain-vit cases alone (no params.yaml probe, no finished run needed).
 """
 
 from __future__ import annotations
@@ -42,14 +49,13 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import torch
+from stamp import write_stamped
 
 from taskgeom import diagnostics
-from taskgeom.artifacts.atomic import write_text
 from taskgeom.diagnostics import diagnose, diagnose_exact
 from taskgeom.linalg.operator import JacobianOperator
 from taskgeom.models import zoo
 from taskgeom.pipeline import config
-from taskgeom.pipeline.runtime import code_version
 from taskgeom.probes import Probe, ProbeMap
 from taskgeom.stages.diagnose import accuracy, probe_images
 
@@ -240,10 +246,76 @@ def plain_vit(device: str, repeats: int) -> list[dict]:
     return rows
 
 
+INSPECT_LAYERS = (2, 4)  # inspect's default for a 6-block model (inspection.hosts.default_layers)
+
+
+def clocked_run(fn) -> tuple[float, float]:
+    """(wall, process CPU) seconds of fn(); CPU time moves less than wall time on a shared machine."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def inspect_case(count: int, repeats: int) -> list[dict]:
+    """Seconds per image of inspect (files to aggregates) and of diagnose alone on the same probe
+    maps, alternating which runs first; then inspect's outputs (JSON and figure, once per run)."""
+    import tempfile
+
+    from PIL import Image
+
+    from taskgeom.inspection import output
+    from taskgeom.inspection.hosts import as_host
+    from taskgeom.inspection.inputs import image_files, read_rgb, timm_transform
+    from taskgeom.inspection.run import inspect_model
+    from taskgeom.models.adapters.timm_any import build_timm
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # one thread: CPU time then measures the work, not spinning threads
+    model = build_timm("vit_small_patch14_reg4_dinov2", img_size=56, depth=6, num_classes=0)
+    host, (transform, _) = as_host(model), timm_transform(model, 56)
+    rng, rows = np.random.default_rng(0), []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(count):
+            Image.fromarray(rng.integers(0, 256, (60 + 9 * i, 80, 3), dtype=np.uint8)).save(f"{tmp}/{i}.jpg")
+        files = image_files(tmp)
+        images = [transform(read_rgb(f)) for f in files]
+        maps = [ProbeMap(host, "cls", [layer]) for layer in INSPECT_LAYERS]
+        probe = maps[0].at(images[0])
+        diagnose(probe.f, probe.F)  # warm-up: the first products of a process pay one-time costs
+        for rep in range(repeats):
+            done = {}
+
+            def run_inspect():
+                done["ins"] = inspect_model(host, [transform(read_rgb(f)) for f in files], [f.name for f in files])
+
+            def run_diagnose():
+                for i, image in enumerate(images):
+                    for pm in maps:
+                        probe = pm.at(image)
+                        diagnose(probe.f, probe.F, seed=i)
+
+            order = [("inspect", run_inspect), ("diagnose", run_diagnose)]
+            clocks = {name: clocked_run(fn) for name, fn in (order if rep % 2 == 0 else order[::-1])}
+            wall_o, cpu_o = clocked_run(lambda: output.write(done["ins"], "benchmark", f"{tmp}/out{rep}", {}))
+            (wall_i, cpu_i), (wall_d, cpu_d) = clocks["inspect"], clocks["diagnose"]
+            rows.append({"repeat": rep, "first": "inspect" if rep % 2 == 0 else "diagnose", "images": count,
+                         "inspect_s_per_image": wall_i / count, "diagnose_s_per_image": wall_d / count,
+                         "ratio": wall_i / wall_d, "cpu_ratio": cpu_i / cpu_d, "outputs_s": wall_o,
+                         "cpu_ratio_with_outputs": (cpu_i + cpu_o) / cpu_d})
+    print(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"), flush=True)
+    return rows
+
+
+def write_inspect(df: pd.DataFrame, args: argparse.Namespace, header: str) -> None:
+    spread = lambda col: f"median {df[col].median():.3f} (range {df[col].min():.3f}–{df[col].max():.3f})"
+    write(df, f"diagnose_inspect{args.suffix}", f"`inspect` against `diagnose` alone on the same probe maps "
+          f"({header}, one torch thread); {args.images} images, layers {INSPECT_LAYERS}; over {len(df)} repeats, "
+          f"cost per image: wall ratio {spread('ratio')}, CPU ratio {spread('cpu_ratio')}; outputs once per "
+          f"run, median {df['outputs_s'].median():.2f} s.")
+
+
 def write(df: pd.DataFrame, stem: str, title: str) -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
-    write_text(OUT / f"{stem}.csv", df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
-    write_text(OUT / f"{stem}.md", f"{title}\n\n{df.to_markdown(index=False, floatfmt='.4g')}\n")
+    write_stamped(OUT, stem, df, f"{title}\n\n{df.to_markdown(index=False, floatfmt='.4g')}", float_format="%.6g")
 
 
 def main() -> int:
@@ -256,17 +328,28 @@ def main() -> int:
     ap.add_argument("--paper-scale", action="store_true")
     ap.add_argument("--plain-vit", action="store_true", help="also a plain timm ViT closure, unfrozen and frozen")
     ap.add_argument("--only-plain-vit", action="store_true", help="the plain timm ViT cases alone")
+    ap.add_argument("--no-probes", action="store_true", help="the --paper-scale and --plain-vit cases alone")
+    ap.add_argument("--inspect", action="store_true", help="inspect's cost per image against diagnose alone, "
+                                                            "and nothing else")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--suffix", default="", help="appended to the output names, e.g. _gpu")
     args = ap.parse_args()
     params = config.load(args.params)
-    header = (f"taskgeom {code_version()}, torch {torch.__version__}, {platform.node()} {args.device}, "
+    header = (f"torch {torch.__version__}, {platform.node()} {args.device}, "
               f"{torch.get_num_threads()} threads")
+    if args.inspect:
+        write_inspect(pd.DataFrame(inspect_case(args.images, args.repeats)), args, header)
+        return 0
     if args.plain_vit or args.only_plain_vit:
         write(pd.DataFrame(plain_vit(args.device, args.repeats)), f"diagnose_plain_vit{args.suffix}",
               f"`diagnose` as the README calls it on a plain timm ViT closure, unfrozen and frozen ({header}).")
         if args.only_plain_vit:
             return 0
+    if args.paper_scale:
+        write(pd.DataFrame([paper_scale(args.device)]), f"diagnose_paper_scale{args.suffix}",
+              f"Paper-scale probe ({header}).")
+    if args.no_probes:
+        return 0
     rows = []
     for name, spec in params["diagnose"]["probes"].items():
         if args.probes and name not in args.probes:
@@ -291,9 +374,6 @@ def main() -> int:
     write(summary, f"diagnose_cost{args.suffix}", f"One `diagnose` per image at the defaults ({header}); "
           f"mean over {args.images} images per probe.")
     write(per_image, f"diagnose_cost_images{args.suffix}", f"Per image ({header}).")
-    if args.paper_scale:
-        write(pd.DataFrame([paper_scale(args.device)]), f"diagnose_paper_scale{args.suffix}",
-              f"Paper-scale probe ({header}).")
     print(summary.to_markdown(index=False, floatfmt=".3g"))
     return 0
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from stamp import write_stamped
 
 from taskgeom.pipeline import config
 from taskgeom.pipeline.stage import resolve
@@ -78,12 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     medians = table.groupby(["instances", "targets", "command"])["seconds"].median().unstack("command")
     medians["ratio"] = (medians["dvc commit"] / medians["dvc_commit"]).round(2)
     medians = medians.reset_index()
-    args.out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(args.out / "dvc_commit.csv", index=False)
-    summary = (f"{args.repeats} commits of each kind per count, alternating, on copies of the finished run in "
-               f"{args.repo}; both wrote the same dvc.lock. "
+    summary = (f"{args.repeats} commits of each kind per count, alternating, on copies of a finished run "
+               f"of the {params['profile']} profile; both wrote the same dvc.lock. "
                f"Python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}.")
-    (args.out / "dvc_commit.md").write_text(
+    write_stamped(
+        args.out, "dvc_commit", table,
         f"# The sync's commit against dvc commit\n\n{summary}\n\n"
         f"Median seconds:\n\n{medians.to_markdown(index=False)}\n\n"
         f"Every commit:\n\n{table.to_markdown(index=False)}\n")

@@ -18,6 +18,17 @@ Each fault: what is injected -> the outcome expected.
 - resume-split: `targets` killed once its val split is published -> the rerun restores train and
   val from the published links, same bytes.
 - tampered-package: a wheel whose sha256 is not its hash line -> pip --require-hashes refuses it.
+- damaged-world: 4 KiB of random bytes in the middle of the test split, then a truncated copy ->
+  `taskgeom sources` refuses each in one line naming the file and what to do; the index is untouched.
+- two-setups: two `envs/setup-venv.sh` on one fresh cache (a one-wheel lock), the second started while
+  the first builds -> the second waits; both clones work; a cache marked complete without its
+  interpreter is built again.
+- other-size-checkpoint: a Depth-Anything-V2 checkpoint 64 wide in zoo: -> with overrides asking 768,
+  one line naming the entry, its config.json and the key; without, the copy records its size and
+  `diagnose` runs on it.
+- small-dead-ends: `snakemake -R prune-dense` (DVC's stage name), a misspelt params key under
+  Snakemake, an unknown probe or profile (one line listing the valid names), a Snakemake killed
+  mid-job -> each works, or says in one line what to do (after a kill: --unlock, then a plain rerun).
 - pull-after-dry-run: a teammate's clone with dvc.lock committed runs `snakemake -n`, then `dvc pull`
   -> `dvc status` and `snakemake -n` have nothing to rerun.
 - failed-stage: a head's target cache truncated -> Snakemake's job fails in one line naming the file,
@@ -37,7 +48,6 @@ Writes <out>/faults.{csv,md} and exits 1 unless every fault had its expected out
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import json
 import re
@@ -56,6 +66,8 @@ import numpy as np
 import pandas as pd
 import yaml
 from crash_test import digests, leftovers, seconds, write_result
+from fault_tools import first, held, refused, said, sh
+from input_faults import damaged_world, other_size_checkpoint, small_dead_ends, two_setups
 
 from taskgeom.pipeline import config
 from taskgeom.pipeline.registry import STAGES
@@ -64,34 +76,6 @@ from taskgeom.pipeline.stage import resolve
 TARGETS, HEAD, DIAGNOSE = (next(s for s in STAGES if s.name == name) for name in ("targets", "head", "diagnose"))
 
 Check = Callable[[Path, dict], tuple[bool, str]]
-
-
-def sh(cmd: list[str], repo: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=repo, capture_output=True, text=True)
-
-
-def said(proc: subprocess.CompletedProcess) -> str:
-    """The last line of a process's output that is not blank."""
-    lines = [x for x in (proc.stderr + proc.stdout).splitlines() if x.strip()]
-    return lines[-1][:240] if lines else ""
-
-
-def held(lock: Path) -> bool:
-    """Whether another process holds the stage lock file ``lock``."""
-    if not lock.exists():
-        return False
-    with open(lock) as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return False
-
-
-def first(params: dict, key: str) -> str:
-    """The first item of the mapping at dotted ``key`` (a foreach of the registry)."""
-    return next(iter(config.get(params, key)))
 
 
 def two_front_ends(repo: Path, params: dict) -> tuple[bool, str]:
@@ -118,12 +102,6 @@ def poke_h5(path: Path, dataset: str, index: tuple) -> bytes:
     with h5py.File(path, "r+") as f:
         f[dataset][index] = np.nan
     return before
-
-
-def refused(proc: subprocess.CompletedProcess, *names: str) -> tuple[bool, str]:
-    text = proc.stderr + proc.stdout
-    line = next((x.strip() for x in text.splitlines() if names and names[0] in x), said(proc))
-    return proc.returncode != 0 and all(n in text for n in names), f"rc {proc.returncode}: {line[:240]}"
 
 
 def non_finite_target(repo: Path, params: dict) -> tuple[bool, str]:
@@ -252,9 +230,7 @@ def stage_error(repo: Path, log: str) -> str:
     """The stage log's error line, or what it holds instead; a traceback is named."""
     text = (repo / log).read_text() if (repo / log).is_file() else ""
     line = next((x for x in text.splitlines() if "taskgeom: error:" in x), "no error in the log")
-    error, _, writer = line.split("taskgeom: error: ", 1)[-1].partition(" (it is an output of ")
-    return (error[:160] + (f" (+ `dvc checkout --force {writer.split(':')[0]}`)" if writer else "")
-            + ("; a traceback" if "Traceback" in text else ""))
+    return line.split("taskgeom: error: ", 1)[-1][:200] + ("; a traceback" if "Traceback" in text else "")
 
 
 def fails_then_restored(repo: Path, address: str, outputs: list[Path], log: str) -> tuple[bool, str]:
@@ -327,6 +303,10 @@ FAULTS: dict[str, Check] = {
     "injected-name": injected_name,
     "resume-split": resume_split,
     "tampered-package": tampered_package,
+    "damaged-world": damaged_world,
+    "two-setups": two_setups,
+    "other-size-checkpoint": other_size_checkpoint,
+    "small-dead-ends": small_dead_ends,
     "pull-after-dry-run": pull_after_dry_run,
     "failed-stage": failed_stage,
     "rejected-params-dvc": rejected_params_dvc,

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from stamp import write_stamped
 
 from taskgeom.pipeline import config
 from taskgeom.pipeline.registry import WORLD_FILES
@@ -68,9 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = runs.groupby("processes")["seconds"].agg(["median", "min", "max"]).reset_index()
     summary["speedup"] = (summary["median"].iloc[0] / summary["median"]).round(2)
     scenes = sum(world["splits"].values()) + world["multiview"]["train"] + world["multiview"]["test"]
-    args.out.mkdir(parents=True, exist_ok=True)
-    runs.to_csv(args.out / "fetch_processes.csv", index=False)
-    (args.out / "fetch_processes.md").write_text(
+    write_stamped(
+        args.out, "fetch_processes", runs,
         f"# fetch on one rendering process and on several\n\n"
         f"The world of {args.params} scaled by {args.scale} ({scenes} scenes); {args.repeats} alternating runs per "
         f"process count, every count writing the same split files. {os.cpu_count()} cores, "

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from stamp import write_stamped
 
-from taskgeom.artifacts.atomic import write_text
 from taskgeom.data.sources import open_indexed, world_arrays
 from taskgeom.data.world import FAMILIES
 from taskgeom.data.world.camera import backproject, relative_pose
@@ -35,7 +35,6 @@ from taskgeom.evaluate.tasks import camera_errors, pose_encoding, valid_depth
 from taskgeom.models.train import to_input
 from taskgeom.models.zoo import load_named
 from taskgeom.pipeline import config
-from taskgeom.pipeline.runtime import code_version
 
 OUT = Path("results/benchmarks")
 DEPTH_TOLERANCE = 0.05  # relative
@@ -117,13 +116,11 @@ def main() -> None:
                      "rot_err_trivial": camera_errors(trivial, test["pose"][k])["rot_err_deg"]})
         print(rows[-1], flush=True)
     table = pd.DataFrame(rows)
-    OUT.mkdir(parents=True, exist_ok=True)
-    table.to_csv(OUT / "mv_pose_difficulty.csv", index=False)
     header = (f"# Relative camera pose on the world's held-out multi-view groups, by the turn between views\n\n"
-              f"{platform.processor() or platform.machine()}, code {code_version()}; the last row is every group. "
+              f"{platform.processor() or platform.machine()}; the last row is every group. "
               f"Co-visible: share of view 0's valid pixels that view 1 sees (depth within "
               f"{DEPTH_TOLERANCE:.0%}); colour errors of 255; rotation errors in degrees.\n\n")
-    write_text(OUT / "mv_pose_difficulty.md", header + table.to_markdown(index=False, floatfmt=".3g") + "\n")
+    write_stamped(OUT, "mv_pose_difficulty", table, header + table.to_markdown(index=False, floatfmt=".3g"))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The paper profile's cost on one GPU: an estimate from measured FLOPs and product counts, not a
-GPU run (README, "Reproducing the paper").
+GPU run (docs/paper.md).
 
 For each stage of params/paper.yaml, its work in FLOPs:
 
@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from stamp import write_stamped
 
-from taskgeom.artifacts.atomic import write_text
 from taskgeom.diagnostics import diagnose
 from taskgeom.evaluate.cost import count_flops
 from taskgeom.linalg.operator import JacobianOperator
@@ -44,7 +44,6 @@ from taskgeom.metric.targets import image_targets
 from taskgeom.models.adapters import build_paper_model
 from taskgeom.models.host import param_count, run_decoder
 from taskgeom.pipeline import config
-from taskgeom.pipeline.runtime import code_version
 from taskgeom.probes import Probe, ProbeMap
 
 OUT = Path("results/benchmarks")
@@ -239,14 +238,12 @@ def main() -> None:
     table["gpu_hours"] = table["pflops"] * 1e15 / rate / 3600
     total = table["gpu_hours"].sum()
     memory = peak_memory_gib()
-    OUT.mkdir(parents=True, exist_ok=True)
-    table.to_csv(OUT / "paper_estimate.csv", index=False)
-    head = (f"An estimate, not a measurement (taskgeom {code_version()}, torch {torch.__version__}): FLOPs counted on "
+    head = (f"An estimate, not a measurement (torch {torch.__version__}): FLOPs counted on "
             f"random weights of the real architectures; one Jacobian product = {factor:.2f} forwards; "
             f"{args.peak_tflops} TFLOP/s FP32 peak at {args.utilisation:.0%} utilisation. "
             f"Total {table['pflops'].sum():.1f} PFLOP, {total:.1f} GPU-hours (VGGT's stages not included). "
             f"Peak memory of one Depth-Anything-V2 product at 518 px (CPU resident): {memory:.1f} GiB.")
-    write_text(OUT / "paper_estimate.md", head + "\n\n" + table.to_markdown(index=False, floatfmt=".3g") + "\n")
+    write_stamped(OUT, "paper_estimate", table, head + "\n\n" + table.to_markdown(index=False, floatfmt=".3g"))
     print(head)
     print(table.groupby("stage")[["pflops", "gpu_hours"]].sum().to_string())
 

@@ -21,15 +21,15 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from stamp import write_stamped
 
-from taskgeom.artifacts.atomic import write_text
 from taskgeom.evaluate.cost import count_flops, interleaved_wall_clock
 from taskgeom.metric.head import ImportanceHead
 from taskgeom.models import zoo
 from taskgeom.models.dpt import TinyDPT
 from taskgeom.models.host import freeze, param_count, run_decoder
 from taskgeom.models.vit import Grid
-from taskgeom.pipeline.runtime import code_version, machine
+from taskgeom.pipeline.runtime import machine
 from taskgeom.prune.llf import pruned_forward
 from taskgeom.prune.scores import LearnedMetric
 
@@ -86,11 +86,9 @@ def main() -> None:
                         f"{m} {times['unpruned'] / times[m]:.2f}×" for m in METHODS), flush=True)
         print(f"{name}: importance head {param_count(head):,} parameters", flush=True)
     df = pd.DataFrame(rows)
-    OUT.mkdir(parents=True, exist_ok=True)
-    df.to_csv(OUT / "prune_speed.csv", index=False, float_format="%.4g")
     header = (f"Hard prune + LLF speed, batch {args.batch}, median of {args.repeats} round-robin runs on "
-              f"{machine(args.device)}, taskgeom {code_version()}. speedup > 1: faster than the reference.\n\n")
-    write_text(OUT / "prune_speed.md", header + df.to_markdown(index=False, floatfmt=".3g") + "\n")
+              f"{machine(args.device)}. speedup > 1: faster than the reference.\n\n")
+    write_stamped(OUT, "prune_speed", df, header + df.to_markdown(index=False, floatfmt=".3g"), float_format="%.4g")
     print(df.to_markdown(index=False, floatfmt=".3g"))
 
 

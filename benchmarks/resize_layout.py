@@ -29,14 +29,14 @@ from unittest import mock
 
 import pandas as pd
 import torch
+from stamp import write_stamped
 
-from taskgeom.artifacts.atomic import write_text
 from taskgeom.diagnostics import diagnose
 from taskgeom.models import resize, zoo
 from taskgeom.models.host import run_decoder
 from taskgeom.models.train import TASKS
 from taskgeom.pipeline import config
-from taskgeom.pipeline.runtime import code_version, machine
+from taskgeom.pipeline.runtime import machine
 from taskgeom.probes import ProbeMap
 
 OUT = Path("results/benchmarks")
@@ -136,13 +136,11 @@ def main() -> int:
     params = config.load(Path("params") / f"{args.profile}.yaml")
     rows = [measure(name, build, args.repeats) for name, build in workloads(params).items()]
     df = pd.DataFrame(rows)
-    OUT.mkdir(parents=True, exist_ok=True)
-    df.to_csv(OUT / "resize_layout.csv", index=False)
     head = (f"# Resizing channels-last maps in their own layout\n\n{machine('cpu')}, {args.threads} thread(s), "
-            f"{args.repeats} repeats round-robin, code {code_version()}, profile {args.profile}.\n\n"
+            f"{args.repeats} repeats round-robin, profile {args.profile}.\n\n"
             "Seconds are medians; min and max over the repeats give the spread. output_rel_diff: the largest "
             "difference of the two layouts' outputs (loss, depth, σ) over the largest magnitude.\n\n")
-    write_text(OUT / "resize_layout.md", head + df.to_markdown(index=False, floatfmt=".4g") + "\n")
+    write_stamped(OUT, "resize_layout", df, head + df.to_markdown(index=False, floatfmt=".4g"))
     return 0
 
 

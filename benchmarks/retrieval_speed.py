@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from stamp import write_stamped
 
-from taskgeom.artifacts.atomic import write_text
 from taskgeom.data.splits import read_world, to_input
 from taskgeom.models import zoo
 from taskgeom.models.host import forward_states, freeze
 from taskgeom.pipeline import config
-from taskgeom.pipeline.runtime import code_version, machine
+from taskgeom.pipeline.runtime import machine
 from taskgeom.retrieval.drm import cross_distance, load_drm, pair_distance
 from taskgeom.retrieval.evaluate import recall_at_k
 
@@ -100,12 +100,9 @@ def main() -> None:
             print(f"gallery {size}: cosine {args.queries / t_cos:.0f} q/s, DRM {args.queries / t_full:.0f} q/s, "
                   f"two-stage {args.queries / t_two:.0f} q/s (recall@{args.k} of full DRM {recall:.3f})", flush=True)
     df = pd.DataFrame(rows)
-    OUT.mkdir(parents=True, exist_ok=True)
-    df.to_csv(OUT / "retrieval_speed.csv", index=False, float_format="%.4g")
-    header = (f"Retrieval search cost, {args.queries} queries, best of 3, on {machine('cpu')}, "
-              f"taskgeom {code_version()}. "
+    header = (f"Retrieval search cost, {args.queries} queries, best of 3, on {machine('cpu')}. "
               f"k = {args.k}.\n\n")
-    write_text(OUT / "retrieval_speed.md", header + df.to_markdown(index=False, floatfmt=".4g") + "\n")
+    write_stamped(OUT, "retrieval_speed", df, header + df.to_markdown(index=False, floatfmt=".4g"), float_format="%.4g")
     print(df.to_markdown(index=False, floatfmt=".4g"))
 
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from stamp import write_stamped
 
 from taskgeom.pipeline.registry import STAGES
 
@@ -45,12 +46,10 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.repeats) for name, code in cases.items()]
     table = pd.DataFrame(rows)
     stats = table.groupby("imports", sort=False)["seconds"].agg(["median", "min", "max"]).round(2).reset_index()
-    args.out.mkdir(parents=True, exist_ok=True)
-    table.round(3).to_csv(args.out / "stage_imports.csv", index=False)
     summary = (f"A fresh interpreter importing each module, {args.repeats} interleaved runs each. "
                f"Python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}.")
-    (args.out / "stage_imports.md").write_text(f"# Imports per stage command\n\n{summary}\n\n"
-                                               f"{stats.to_markdown(index=False)}\n")
+    write_stamped(args.out, "stage_imports", table.round(3),
+                  f"# Imports per stage command\n\n{summary}\n\n{stats.to_markdown(index=False)}\n")
     print(stats.to_string(index=False))
     return 0
 

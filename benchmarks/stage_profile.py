@@ -31,6 +31,7 @@ import pandas as pd
 HOOK = Path(__file__).resolve().parent / "stage_profile"
 sys.path.insert(0, str(HOOK))
 from sitecustomize import CATEGORIES  # noqa: E402  (the sampler's categories, in its order of precedence)
+from stamp import write_stamped  # noqa: E402
 
 COLUMNS = [name for name, _ in CATEGORIES] + ["other"]
 
@@ -89,8 +90,6 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{run_dir}/logs/benchmarks: no benchmark records; run the DAG there first")
     shares, frames, leaves = profiles(run_dir, dict(zip(jobs["job"], jobs["wall_s"])))
     table = jobs.merge(shares, on="job", how="left").sort_values("wall_s", ascending=False)
-    args.out.mkdir(parents=True, exist_ok=True)
-    table.round(4).to_csv(args.out / f"{args.name}_profile.csv", index=False)
 
     seconds = table[["job", "wall_s"]].copy()
     for c in COLUMNS:
@@ -104,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     head = (f"{len(table)} jobs, {int(sampled.sum())} of them sampled; the jobs' wall time adds to "
             f"{table['wall_s'].sum():.0f} s" + (f"; the run took {elapsed:.0f} s" if elapsed else "") +
             f". {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores.")
-    (args.out / f"{args.name}_profile.md").write_text(
+    write_stamped(
+        args.out, f"{args.name}_profile", table.round(4),
         f"# Where the {args.name.replace('_', ' ')}'s time goes\n\n{head}\n\n"
         "Seconds per category: the job's wall time (Snakemake's `benchmark:`) times the category's share "
         "of its sampled time (`benchmarks/stage_profile/sitecustomize.py`).\n\n"

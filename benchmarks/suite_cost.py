@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from stamp import write_stamped
 
 PLUGIN = Path(__file__).resolve().parent / "suite_cost"
 
@@ -55,8 +56,6 @@ def summarise(records: Path, totals: dict[str, float] | None, out: Path, label: 
     tests["file"] = tests["test"].str.split("::").str[0]
     tests["start_s"] = tests["start"] - tests["start"].min()
     tests = tests.sort_values("cpu_s", ascending=False).drop(columns="start")
-    out.mkdir(parents=True, exist_ok=True)
-    tests.round(1).to_csv(out / "suite_cost.csv", index=False)
     files = tests.groupby("file")[["wall_s", "cpu_s"]].sum().sort_values("cpu_s", ascending=False)
     workers = tests.groupby("worker").agg(tests=("test", "size"), busy_s=("wall_s", "sum"), cpu_s=("cpu_s", "sum"))
     cpu, cores = tests["cpu_s"].sum(), os.cpu_count() or 1
@@ -70,7 +69,7 @@ def summarise(records: Path, totals: dict[str, float] | None, out: Path, label: 
     lines += ["\n## Tests over 10 CPU-s\n", tests[tests.cpu_s > 10][["test", "worker", "start_s", "wall_s", "cpu_s"]]
               .round(1).to_markdown(index=False), "\n## Files\n", files.round(1).to_markdown(),
               "\n## Workers\n", workers.round(1).to_markdown()]
-    (out / "suite_cost.md").write_text("\n".join(lines) + "\n")
+    write_stamped(out, "suite_cost", tests.round(1), "\n".join(lines))
     return tests
 
 

@@ -25,8 +25,8 @@ import h5py
 import numpy as np
 import pandas as pd
 import torch
+from stamp import write_stamped
 
-from taskgeom.artifacts.atomic import write_text
 from taskgeom.data.batches import read_inputs
 from taskgeom.data.sources import need
 from taskgeom.metric.fit import fit
@@ -34,7 +34,6 @@ from taskgeom.metric.head import ImportanceHead, head_loss
 from taskgeom.metric.targets import SPLITS, TargetFile, image_targets
 from taskgeom.models import preprocess, zoo
 from taskgeom.pipeline import config
-from taskgeom.pipeline.runtime import code_version
 from taskgeom.probes import probe_map
 
 OUT = Path("results/benchmarks")
@@ -113,11 +112,9 @@ def main() -> int:
         print(row)
         rows.append(row)
     df = pd.DataFrame(rows)
-    header = f"{platform.node()} CPU ×{torch.get_num_threads()} threads, code {code_version()}"
-    OUT.mkdir(parents=True, exist_ok=True)
-    write_text(OUT / "targets_io.csv", df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
-    write_text(OUT / "targets_io.md", f"Target cache cost and reader wait ({header}; {args.images} images timed, "
-                                      f"{args.steps} head steps).\n\n{df.to_markdown(index=False, floatfmt='.4g')}\n")
+    header = f"{platform.node()} CPU ×{torch.get_num_threads()} threads"
+    write_stamped(OUT, "targets_io", df, f"Target cache cost and reader wait ({header}; {args.images} images timed, "
+                  f"{args.steps} head steps).\n\n{df.to_markdown(index=False, floatfmt='.4g')}", float_format="%.6g")
     return 0
 
 

@@ -17,14 +17,32 @@ key=$( (cat "$lock"; echo "$pyver") | sha256sum | cut -c1-16)
 cache=${TASKGEOM_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/taskgeom/venvs}
 shared="$cache/$key"
 
-if [[ ! -f "$shared/.complete" ]]; then
-  echo "installing $lock into $shared (once per machine)" >&2
-  rm -rf "$shared"
+# whole: marked complete (the last step of its build) and its interpreter runs
+whole() { [[ -f "$shared/.complete" ]] && "$shared/bin/python" -c '' 2>/dev/null; }
+
+if ! whole; then
+  # One build at a time per machine: every setup takes this lock (held until the script exits,
+  # released by the kernel if it is killed) and looks again once it has it, so a setup started
+  # while another builds waits for it and uses its result. A venv's scripts hold its absolute
+  # path, so the build happens in place, under the lock; .complete is written last, and anything
+  # there without it (a build that was killed or failed) is removed and built again.
   mkdir -p "$cache"
-  "$python" -m venv "$shared"
-  # every file checked against the lock's sha256 (envs/lock.sh); the venv's own pip does it
-  "$shared/bin/python" -m pip install -qq --require-hashes -r "$lock"
-  touch "$shared/.complete"
+  exec 9>>"$cache/$key.lock"
+  "$python" -c 'import fcntl, sys
+try:
+    fcntl.flock(9, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except BlockingIOError:
+    print(f"waiting for the setup that is building {sys.argv[1]}", file=sys.stderr, flush=True)
+    fcntl.flock(9, fcntl.LOCK_EX)' "$shared"
+  if ! whole; then
+    echo "installing $lock into $shared (once per machine)" >&2
+    rm -rf "$shared"
+    "$python" -m venv "$shared"
+    # every file checked against the lock's sha256 (envs/lock.sh); the venv's own pip does it
+    "$shared/bin/python" -m pip install -qq --require-hashes -r "$lock"
+    touch "$shared/.complete"
+  fi
+  exec 9>&-
 fi
 
 site=$("$shared/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

@@ -78,17 +78,18 @@ def report_outputs(name, outputs):
 
 
 # Ready jobs start longest remaining path first (taskgeom.pipeline.schedule).
-PRIORITIES = priorities(config, Path(workflow.basedir) / COSTS)
+PRIORITIES = priorities(config)
 
 
 def stage_rule(name):
-    """The rule of one registry stage, named after it (``zoo-table`` -> ``zoo_table``). A
-    function per rule, so each rule's shell command and params close over their own stage."""
+    """The rule of one registry stage, named as the stage (``prune-dense``, the name dvc.yaml,
+    the ``taskgeom`` command and ``snakemake -R`` all use). A function per rule, so each rule's
+    shell command and params close over their own stage."""
     r = snakemake_rule(name, config, PRIORITIES)
 
     rule:
         name:
-            name.replace("-", "_")
+            name
         input:
             **r.input,
         output:

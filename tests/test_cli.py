@@ -74,11 +74,13 @@ def test_commands_and_stages_that_need_no_torch_do_not_load_it():
 def test_only_the_errors_a_user_fixes_are_told_as_one_line():
     from taskgeom.artifacts.checkpoints import CheckpointError
     from taskgeom.data.hdf5 import StoreError
+    from taskgeom.data.sources import SourceError
     from taskgeom.finite import NonFiniteError
     from taskgeom.pipeline.cli import user_error
     from taskgeom.pipeline.config import ParamsError
 
-    for exc in (CheckpointError("c"), StoreError("s"), NonFiniteError("n"), ParamsError("p"), FileNotFoundError()):
+    for exc in (CheckpointError("c"), StoreError("s"), SourceError("s"), NonFiniteError("n"), ParamsError("p"),
+                FileNotFoundError()):
         assert user_error(exc)
     assert not user_error(ValueError("a bug")) and not user_error(KeyError("a bug"))
 
@@ -144,3 +146,20 @@ def test_the_stage_log_says_why_the_stage_failed(tmp_path: Path, monkeypatch, er
         assert "ERROR taskgeom: error: data/x.h5: not a readable HDF5 file\n" in log and "Traceback" not in log
     else:
         assert "ERROR taskgeom: error: 'a bug'\nTraceback" in log and "KeyError: 'a bug'" in log
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["diagnose", "--probe", "nope"], "(listed: cls-embed-l4, dpt-depth-l4, "),
+    (["params", "use", "smok"], "smok: not a profile of params/ (profiles: default, paper, paper-mini, smoke)"),
+    (["params", "use", "../params"], "../params: not a profile of params/ (profiles: default, paper, "),
+])
+def test_a_name_that_is_not_listed_is_refused_in_one_line_listing_the_valid_ones(tmp_path: Path, monkeypatch, capsys,
+                                                                                 argv: list[str], names: str):
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(ROOT / "params", tmp_path / "params")
+    shutil.copyfile(ROOT / "params/smoke.yaml", tmp_path / "params.yaml")
+    before = (tmp_path / "params.yaml").read_bytes()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("taskgeom: error: ") and names in err and len(err.splitlines()) == 1, err
+    assert (tmp_path / "params.yaml").read_bytes() == before

@@ -122,6 +122,6 @@ def test_select_keeps_only_the_declared_keys(params: dict):
 
 def test_schema_file_is_what_snakemake_validates_with():
     snakefile = (REPO / "Snakefile").read_text()
-    assert 'validate(config, "src/taskgeom/params.schema.yaml")' in snakefile
+    assert 'taskgeom_config.validate(config, "params.yaml")' in snakefile
     assert config.SCHEMA_PATH == REPO / "src" / "taskgeom" / "params.schema.yaml"
     assert yaml.safe_load(config.SCHEMA_PATH.read_text())["additionalProperties"] is False

@@ -11,6 +11,9 @@ import pandas as pd
 import pytest
 from conftest import REPO, copy_run, run
 
+sys.path.insert(0, str(REPO / "benchmarks"))
+from fault_injection import FAULTS  # noqa: E402 (found through the path above)
+
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
 
@@ -29,6 +32,6 @@ def test_every_injected_fault_is_handled(smoke_run: Path, tmp_path: Path):
     proc = run([sys.executable, str(REPO / "benchmarks/fault_injection.py"), str(repo), "--out", str(tmp_path / "out")],
                repo, check=False)
     table = pd.read_csv(tmp_path / "out/faults.csv", keep_default_na=False)
-    assert len(table) == 13, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert list(table["fault"]) == list(FAULTS), proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.returncode == 0 and table["handled"].all(), table[~table["handled"]].to_string()
     assert "is running in process" in table.set_index("fault").loc["two-front-ends", "outcome"]

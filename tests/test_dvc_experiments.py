@@ -1,7 +1,7 @@
 """DVC on the smoke run: `dvc metrics show` tabulates every experiment stage's headline figures
 (numbers only), `dvc plots show` draws every declared plot, and an experiment that changes one
 importance head's ranking weight reruns only its stages and lines up its parameter against its
-metrics in `dvc exp show` and `dvc metrics diff` (queued sweeps: README)."""
+metrics in `dvc exp show` and `dvc metrics diff` (queued sweeps: docs/dvc.md)."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def test_a_failed_stage_keeps_its_outputs_or_dvc_checkout_puts_them_back(smoke: 
         proc = run(["snakemake", "-c1", str(outputs[0].relative_to(smoke))], smoke, check=False)
         said = f"taskgeom: error: {source.relative_to(smoke)}: not a readable HDF5 file"
         assert proc.returncode != 0 and said in proc.stdout + proc.stderr, proc.stderr[-3000:]
-        assert said in log.read_text() and f"dvc checkout --force targets@{PROBE}" in log.read_text()
+        assert said in log.read_text() and "dvc checkout" in log.read_text()   # what to do, too
         assert "Traceback" not in log.read_text() + proc.stderr
         assert not any(p.exists() for p in outputs)
         run(["dvc", "checkout", f"head@{HEAD}"], smoke)

@@ -16,13 +16,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
+from taskgeom.artifacts.checkpoints import CheckpointError
 from taskgeom.data.sources import open_indexed
 from taskgeom.models import pretrained, zoo
 from taskgeom.pipeline.runtime import StageContext
 from taskgeom.stages import diagnose as diagnose_stage
 from taskgeom.stages import sources as sources_stage
+from taskgeom.stages import zoo as zoo_stage
 
 pytestmark = pytest.mark.slow  # writes the paper-mini files, random weights of the real architectures
 
@@ -56,7 +59,8 @@ def diagnose(root: Path, manifest: dict, model: str, decoder: str, source: str) 
     cfg = {"kind": "pretrained", "adapter": entry["adapter"], "path": str(files / entry["path"]),
            "img_size": entry["img_size"], "batch_size": 4, "overrides": entry["overrides"]}
     weights, config = root / f"zoo/{model}/model.safetensors", root / f"zoo/{model}/config.json"
-    zoo.save(pretrained.load(cfg, "cpu"), pretrained.architecture(cfg), weights, config, provenance={})
+    host = pretrained.load(cfg, "cpu")
+    zoo.save(host, pretrained.architecture(cfg, host), weights, config, provenance={})
     probes = {"p": {"model": model, "decoder": decoder, "layers": [2], "source": source}}
     summary = root / f"diagnose/{model}.json"
     diagnose_stage.run(StageContext(
@@ -92,3 +96,55 @@ def test_depth_anything_is_diagnosed_on_nyu_frames_at_its_own_resize(mini):
     assert seen["source"]["items"] == 8 and seen["source"]["kind"] == "nyu_depth_v2"
     assert result["output_dim"] == manifest["models"]["depth-anything-v2"]["img_size"] ** 2
     assert np.isfinite(result["summary"]["erank"]["mean"])
+
+
+def zoo_copy(root: Path, manifest: dict, name: str, overrides: dict | None) -> tuple[dict, dict[str, Path]]:
+    """Run the zoo stage on the mini Depth-Anything-V2 checkpoint (64 wide: not Base) as entry
+    ``name`` with ``overrides`` (None: none given, as for a real Small or Large); its entry and outputs."""
+    files, params = root / "files", sources(root / "files")
+    index = root / "sources/nyu-test.json"
+    sources_stage.run(StageContext("sources", {}, {"index": index}, {"sources": params}, "nyu-test"))
+    entry = manifest["models"]["depth-anything-v2"]
+    cfg = {"kind": "pretrained", "adapter": "depth-anything-v2", "path": str(files / entry["path"]),
+           "img_size": entry["img_size"], "batch_size": 4, "sources": {"train": "nyu-test", "test": "nyu-test"}}
+    cfg |= {"overrides": overrides} if overrides is not None else {}
+    out = root / "zoo" / name
+    outputs = {k: out / f for k, f in (("weights", "model.safetensors"), ("config", "config.json"),
+                                        ("metrics", "metrics.json"), ("curve", "curve.csv"))}
+    zoo_stage.run(StageContext("zoo", {"source_train": index, "source_test": index}, outputs,
+                               {"zoo": {name: cfg}, "sources": params}, name))
+    return cfg, outputs
+
+
+def test_a_depth_anything_checkpoint_of_another_size_is_copied_with_its_architecture(mini):
+    root, manifest = mini
+    cfg, outputs = zoo_copy(root, manifest, "da-other-size", None)
+    copy = zoo.load(outputs["weights"], outputs["config"])  # what targets and diagnose load
+    recorded = json.loads(outputs["config"].read_text())["architecture"]["overrides"]
+    assert recorded["hidden_size"] == 64 and recorded["neck_hidden_sizes"] == [8, 16, 32, 64]
+    size = manifest["models"]["depth-anything-v2"]["img_size"]
+    images = torch.rand(2, 3, size, size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(copy(images), pretrained.load(cfg, "cpu")(images))
+
+
+def test_a_checkpoint_that_disagrees_with_its_overrides_or_its_copys_config_is_one_line(mini):
+    root, manifest = mini
+    with pytest.raises(CheckpointError, match=r"^zoo\.da-asked: \S*/depth-anything-v2/config\.json: hidden_size is 64 "
+                                              r"where the overrides ask 32; drop overrides\.hidden_size"):
+        zoo_copy(root, manifest, "da-asked", {"hidden_size": 32})
+    _, outputs = zoo_copy(root, manifest, "da-recorded", {})
+    config = json.loads(outputs["config"].read_text())
+    config["architecture"]["overrides"]["fusion_hidden_size"] = 8  # a copy recording another architecture
+    outputs["config"].write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: its tensors do not fit the architecture "
+                                              r"\S*config\.json records \(model\.neck\.\S+ is \("):
+        zoo.load(outputs["weights"], outputs["config"])
+
+
+def test_a_timm_checkpoint_of_another_width_than_asked_is_one_line_naming_it(mini):
+    root, manifest = mini
+    weights = root / "files" / manifest["models"]["dinov2-b14"]["path"]  # 64 wide; no overrides ask for Base
+    with pytest.raises(CheckpointError, match=rf"^{weights}: a checkpoint of another architecture than "
+                                              r"vit_base_patch14_dinov2 with the overrides \{\} \(cls_token: "):
+        pretrained.load({"adapter": "dinov2-b14", "path": str(weights)}, "cpu")

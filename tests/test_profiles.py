@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from base64 import urlsafe_b64encode
 
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, run
 
 from taskgeom.pipeline import config
 from taskgeom.pipeline.dag import snakemake_rule
@@ -17,10 +18,6 @@ from taskgeom.pipeline.runtime import THREAD_VARIABLES
 
 SLURM = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
 LOCAL = yaml.safe_load((REPO / "profiles/local/config.yaml").read_text())
-
-
-def rule_name(stage_name: str) -> str:
-    return stage_name.replace("-", "_")
 
 
 def test_every_rule_declares_threads_memory_runtime_and_gpu_but_no_placement():
@@ -38,7 +35,7 @@ def test_slurm_profile_places_every_job_and_sends_the_gpu_stages_to_a_gpu_partit
     assert SLURM["executor"] == "slurm"
     default = SLURM["default-resources"]
     assert default["slurm_partition"] and default["slurm_account"]
-    gpu_rules = {rule_name(s.name) for s in STAGES if s.gpu}
+    gpu_rules = {s.name for s in STAGES if s.gpu}
     assert set(SLURM["set-resources"]) == gpu_rules
     assert all(r["slurm_partition"] != default["slurm_partition"] for r in SLURM["set-resources"].values())
 
@@ -60,3 +57,16 @@ def test_a_stage_runs_on_its_declared_threads_unless_snakemake_exports_others(ex
             "import torch; print(torch.get_num_threads())")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert int(out) == expected
+
+
+def test_the_run_after_a_killed_one_rebuilds_what_it_left_incomplete_without_flags(repo_copy):
+    """A killed run leaves its outputs marked incomplete (.snakemake/incomplete/); the workflow's
+    default profile (profiles/default, read by every run) makes the next one rebuild them."""
+    output = "data/world/train.h5"
+    (repo_copy / output).parent.mkdir(parents=True)
+    (repo_copy / output).write_bytes(b"half-written")
+    marker = repo_copy / ".snakemake/incomplete" / urlsafe_b64encode(output.encode()).decode()
+    marker.parent.mkdir(parents=True)
+    marker.touch()
+    proc = run(["snakemake", "-n", output], repo_copy, check=False, warm=False)
+    assert proc.returncode == 0 and "rule fetch:" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]

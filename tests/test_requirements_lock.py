@@ -4,8 +4,15 @@ directory of its own."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import os
 import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -69,3 +76,47 @@ def test_the_same_report_gives_the_same_lock(tmp_path: Path):
     hash_lock.main(str(tmp_path / "r.json"), str(tmp_path / "b.lock"))
     assert (tmp_path / "a.lock").read_bytes() == (tmp_path / "b.lock").read_bytes()
     assert requirements((tmp_path / "a.lock").read_text())[0].startswith("h5py==3.15.0")
+
+
+def fake_clone(root: Path, wheel: Path) -> Path:
+    """A clone whose lock pins one small local wheel (a ``taskgeom`` module), with envs/setup-venv.sh."""
+    (root / "envs").mkdir(parents=True)
+    shutil.copy(ENVS / "setup-venv.sh", root / "envs")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (root / "envs/requirements.lock").write_text(f"{wheel} --hash=sha256:{digest}\n")
+    return root
+
+
+def small_wheel(folder: Path) -> Path:
+    wheel, info = folder / "taskgeom-0.0.1-py3-none-any.whl", "taskgeom-0.0.1.dist-info"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("taskgeom/__init__.py", "")
+        z.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: taskgeom\nVersion: 0.0.1\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+def test_two_setups_at_once_share_one_build_and_a_broken_cache_is_rebuilt(tmp_path: Path):
+    """The second setup starts while the first builds the shared environment: it waits and uses
+    it, and both clones work. A cache marked complete without its interpreter is built again."""
+    wheel, cache = small_wheel(tmp_path), tmp_path / "cache"
+    clones = [fake_clone(tmp_path / name, wheel) for name in ("one", "two")]
+    env = {**os.environ, "TASKGEOM_VENV_CACHE": str(cache), "PYTHON": sys.executable}
+    setup = lambda clone: subprocess.Popen(["bash", "envs/setup-venv.sh"], cwd=clone, env=env, text=True,
+                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    first = setup(clones[0])
+    deadline = time.monotonic() + 120
+    while not list(cache.glob("*/bin/python")) and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert first.poll() is None, "the first setup ended before it built anything: " + first.communicate()[0]
+    second = setup(clones[1])  # the first is building (its venv made, its packages not yet installed)
+    said = [p.communicate(timeout=300)[0] for p in (first, second)]
+    assert [first.returncode, second.returncode] == [0, 0], said
+    for clone in clones:
+        subprocess.run([clone / ".venv/bin/python", "-c", "import taskgeom"], check=True)
+    shared = next(cache.glob("*/.complete")).parent
+    (shared / "bin/python").unlink()  # marked complete, no interpreter: what the race used to leave
+    again = subprocess.run(["bash", "envs/setup-venv.sh"], cwd=clones[0], env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout + again.stderr
+    subprocess.run([clones[0] / ".venv/bin/python", "-c", "import taskgeom"], check=True)

@@ -185,7 +185,7 @@ def test_every_rule_through_slurm_gives_the_bytes_of_a_local_run(cluster: Cluste
     logs = list((repo / ".snakemake/slurm_logs").rglob("*.log"))
     rules = {log.relative_to(repo / ".snakemake/slurm_logs").parts[0].removeprefix("rule_") for log in logs}
     assert submitted == len(logs) == 1 + count, (submitted, len(logs), count)  # every job went through sbatch
-    assert rules == {s.name.replace("-", "_") for s in STAGES if not s.dvc_only}, rules
+    assert rules == {s.name for s in STAGES if not s.dvc_only}, rules
     print(f"\nevery rule through SLURM: {submitted} jobs in {took:.0f} s")
     compared = lambda digests: {k: v for k, v in digests.items() if not k.startswith(WALL_CLOCK)}
     ours, local = compared(output_digests(repo)), compared(smoke_digests)

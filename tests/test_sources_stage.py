@@ -8,10 +8,12 @@ import hashlib
 import json
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 from PIL import Image
 
+from taskgeom.data.hdf5 import KIND_ATTR, StoreError, new_file
 from taskgeom.data.sources import SourceError, open_indexed
 from taskgeom.models import zoo
 from taskgeom.models.preprocess import world
@@ -76,3 +78,26 @@ def test_a_changed_selection_is_refused_until_the_source_is_indexed_again(tmp_pa
     assert len(open_indexed(path, sources)) == 4
     with pytest.raises(SourceError, match=r"sources\.mine: its items differ from .*mine\.json"):
         open_indexed(path, {"mine": {**sources["mine"], "subset": {"count": 2, "seed": 0}}})
+
+
+def test_a_damaged_world_file_stops_the_sources_stage_naming_it_and_publishes_nothing(tmp_path: Path):
+    path, n = tmp_path / "world/test.h5", 6
+    path.parent.mkdir()
+    pixels = np.random.default_rng(0).integers(0, 256, (n, 16, 16, 3), dtype=np.uint8)
+    layout = {"r16/rgb": ((16, 16, 3), "uint8"), "r16/sketch": ((16, 16, 3), "uint8"),
+              "r16/depth": ((16, 16), "float32"), "label": ((), "int64")}
+    with new_file(path, {KIND_ATTR: "world", "base_resolution": 16, "num_items": n}, layout, n) as f:
+        f["r16/rgb"][:], f["r16/sketch"][:], f["r16/depth"][:] = pixels, pixels[..., ::-1], 1.0
+        f["label"][:] = np.arange(n) % 2
+    with h5py.File(path, "r") as f:  # a chunk of renders the source does not select (rgb is what it reads)
+        chunk = f["r16/sketch"].id.get_chunk_info(3)
+    data = bytearray(path.read_bytes())
+    data[chunk.byte_offset:chunk.byte_offset + chunk.size] = np.random.default_rng(1).bytes(chunk.size)
+    path.write_bytes(bytes(data))
+    sources = {"mine": {"kind": "world", "split": "test", "path": str(path)}}
+    with pytest.raises(StoreError, match=rf"{path}: damaged \(r16/sketch rows .*rerun fetch.*dvc checkout {path}"):
+        index(tmp_path, sources)
+    assert not (tmp_path / "data").exists()
+    path.write_bytes(bytes(data[:len(data) // 2]))  # a truncated copy: one line too (SourceError is a user's)
+    with pytest.raises(SourceError, match=rf"sources\.mine: {path}: not a readable HDF5 file .*rerun fetch"):
+        index(tmp_path, sources)

@@ -23,8 +23,15 @@ class NonFiniteError(ValueError):
 
 
 def first_nonfinite_row(values: np.ndarray | Tensor) -> int | None:
-    """values (n, ...) -> the index of the first row holding a NaN or an infinity, or None
-    (integer and boolean arrays have none)."""
+    """The index of the first row holding a NaN or an infinity, or None (integer and boolean arrays
+    have none).
+
+    Args:
+        values: (n, ...) array or tensor (a scalar counts as one row).
+
+    Returns:
+        The row index, or None.
+    """
     array = values.detach().cpu().numpy() if isinstance(values, Tensor) else np.asarray(values)
     if not np.issubdtype(array.dtype, np.floating):
         return None
@@ -35,7 +42,16 @@ def first_nonfinite_row(values: np.ndarray | Tensor) -> int | None:
 
 def require_finite(values: np.ndarray | Tensor, what: str, item: Callable[[int], str] = lambda i: f"item {i}") -> None:
     """Raise NonFiniteError naming ``what`` and the first item of ``values`` (n, ...) that holds a
-    NaN or an infinity, as ``item(row)`` names it (an origin such as ``file[index]``)."""
+    NaN or an infinity, as ``item(row)`` names it (an origin such as ``file[index]``).
+
+    Args:
+        values: (n, ...) array or tensor.
+        what: names the values, e.g. the file and dataset.
+        item: row -> its name in the message.
+
+    Raises:
+        NonFiniteError: a row holds a NaN or an infinity.
+    """
     row = first_nonfinite_row(values)
     if row is not None:
         where = item(row)
@@ -46,7 +62,18 @@ def require_finite(values: np.ndarray | Tensor, what: str, item: Callable[[int],
 def check_step(stage: str, step: int, loss: Tensor | float, grad_norm: Tensor | float | None,
                batch: Callable[[], str]) -> None:
     """Raise NonFiniteError naming ``stage``, the training ``step`` and its batch (``batch()``,
-    called only then) when the loss or the gradient norm is not finite."""
+    called only then) when the loss or the gradient norm is not finite.
+
+    Args:
+        stage: names the stage.
+        step: the 0-based step (reported 1-based).
+        loss: the step's loss.
+        grad_norm: the gradient norm, or None when not checked.
+        batch: describes the batch, called only for the message.
+
+    Raises:
+        NonFiniteError: the loss or the gradient norm is NaN or infinite.
+    """
     for name, value in (("loss", loss), ("gradient norm", grad_norm)):
         value = float(value.detach()) if isinstance(value, Tensor) else value
         if value is not None and not math.isfinite(value):
@@ -55,14 +82,29 @@ def check_step(stage: str, step: int, loss: Tensor | float, grad_norm: Tensor | 
 
 
 def grad_norm(parameters) -> Tensor:
-    """The 2-norm of all gradients together (the value ``clip_grad_norm_`` reports), without clipping."""
+    """The 2-norm of all gradients together (the value ``clip_grad_norm_`` reports), without clipping.
+
+    Args:
+        parameters: parameters, those without a gradient skipped.
+
+    Returns:
+        A scalar tensor (0 without gradients).
+    """
     grads = [p.grad for p in parameters if p.grad is not None]
     return torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
 
 
 def check_metrics(stage: str, metrics: Mapping[str, object]) -> None:
     """Raise NonFiniteError naming ``stage`` and every non-finite number among ``metrics`` (nested
-    mappings and lists are searched) before they are published."""
+    mappings and lists are searched) before they are published.
+
+    Args:
+        stage: names the stage.
+        metrics: names -> numbers, nested mappings and lists allowed.
+
+    Raises:
+        NonFiniteError: a float among them is NaN or infinite; the message lists their dotted keys.
+    """
     bad = [key for key, value in _numbers(metrics) if not math.isfinite(value)]
     if bad:
         raise NonFiniteError(f"{stage}: non-finite metric(s) {', '.join(bad)}; nothing was published")

@@ -29,7 +29,14 @@ from taskgeom.models.latent import LatentHost
 
 @dataclass
 class Probe:
-    """One image's probe: F (N, D) and f: (N, D) -> (M,)."""
+    """One image's probe: F (N, D) and f: (N, D) -> (M,).
+
+    Attributes:
+        F: (N, D) the features: the probed layers' tokens stacked (N = k·T), or latent registers.
+        f: the rest of the network and the decoder (and output metric), for one image.
+        layers: the probed layers, ascending.
+        tokens_per_layer: T.
+    """
 
     F: Tensor
     f: Callable[[Tensor], Tensor]
@@ -48,6 +55,18 @@ class ProbeMap:
 
     def __init__(self, host: ProbeHost, decoder: str, layers: Sequence[int] | None = None,
                  output_metric: Tensor | Callable[[Tensor], Tensor] | None = None):
+        """Check the layers against the decoder and freeze the host in place.
+
+        Args:
+            host: the model.
+            decoder: one of its decoders.
+            layers: the probed blocks (deduplicated and sorted); None for those the decoder reads.
+            output_metric: an (M', M) matrix L, a callable y -> L(y), "so3", or None for Euclidean.
+
+        Raises:
+            ValueError: a layer outside the host's blocks, every layer above the decoder's reads, or an
+                unknown named metric.
+        """
         check_decoder(host, decoder)
         reads = tuple(host.decoder_layers(decoder))
         layers = tuple(sorted(set(reads if layers is None else layers)))
@@ -65,7 +84,14 @@ class ProbeMap:
         self.output_metric = output_metric
 
     def at(self, image: Tensor) -> Probe:
-        """image (3, H, W), or (V, 3, H, W) for a multi-view host -> the probe at that image."""
+        """The probe at one image.
+
+        Args:
+            image: (3, H, W) preprocessed, or (V, 3, H, W) for a multi-view host.
+
+        Returns:
+            The Probe: F (k·T, D) the clean states of the probed layers, and f.
+        """
         host, layers, reads = self.host, self.layers, self.reads
         with torch.no_grad():
             states, ctx = forward_states(host, image.unsqueeze(0), max(layers))
@@ -96,6 +122,15 @@ class ProbeMap:
         return Probe(F=F, f=f, layers=layers, tokens_per_layer=tokens)
 
     def apply_metric(self, y: Tensor, L: Tensor | None = None) -> Tensor:
+        """The output metric applied to a decoder output.
+
+        Args:
+            y: (M,) the flattened decoder output.
+            L: the so3 metric at this image (``so3_camera_metric``); None before it is known.
+
+        Returns:
+            (M',) L y (or the callable's value); y itself without a metric.
+        """
         if self.output_metric is None or (isinstance(self.output_metric, str) and L is None):
             return y
         if isinstance(self.output_metric, str):
@@ -119,7 +154,20 @@ def _blocks_to_run(layers: tuple[int, ...], reads: tuple[int, ...], last: int) -
 def probe_map(host, decoder: str, layers: Sequence[int] | None = None,
               output_metric: Tensor | Callable[[Tensor], Tensor] | str | None = None):
     """The probe map of any host: a ``ProbeMap``, or for a host with a VAE bottleneck
-    (``taskgeom.models.latent.LatentHost``) the probe at its latent registers."""
+    (``taskgeom.models.latent.LatentHost``) the probe at its latent registers.
+
+    Args:
+        host: the model.
+        decoder: one of its decoders.
+        layers: the probed blocks; None for those the decoder reads (must be None for a latent host).
+        output_metric: see ``ProbeMap`` (must be None for a latent host).
+
+    Returns:
+        A ProbeMap or LatentProbeMap.
+
+    Raises:
+        ValueError: layers or an output metric given for a latent host.
+    """
     if isinstance(host, LatentHost):
         if layers is not None or output_metric is not None:
             raise ValueError("a latent probe reads the VAE registers: layers and output_metric must be null")
@@ -131,6 +179,15 @@ class LatentProbeMap:
     """The latent probe: F = posterior mean z (K, d) of one image, f(z) = decoder(VAE decode(z)) (M,)."""
 
     def __init__(self, host: LatentHost, decoder: str):
+        """Freeze the latent host in place.
+
+        Args:
+            host: the frozen model with its VAE.
+            decoder: the decoder the VAE was trained for.
+
+        Raises:
+            ValueError: another decoder.
+        """
         if decoder != host.decoder:
             raise ValueError(f"this VAE was trained for decoder {host.decoder!r}, not {decoder!r}")
         self.host = freeze(use_math_attention(host))
@@ -138,6 +195,14 @@ class LatentProbeMap:
         self.layers = host.reads
 
     def at(self, image: Tensor) -> Probe:
+        """The latent probe at one image.
+
+        Args:
+            image: (3, H, W) preprocessed, or (V, 3, H, W) for a multi-view host.
+
+        Returns:
+            The Probe: F = z (K, d), the posterior mean, and f(z) (M,).
+        """
         with torch.no_grad():
             X, ctx = self.host.features(image.unsqueeze(0))
             mu, _ = self.host.vae.encode(X)
@@ -149,14 +214,23 @@ class LatentProbeMap:
 
 
 def so3_camera_metric(y0: Tensor) -> Tensor:
-    """y0 (V·9,) camera encodings (translation 3, quaternion 4, field of view 2 per view, see
-    ``taskgeom.evaluate.tasks.pose_encoding``) -> L (V·9, V·9), block diagonal.
+    """The SO(3)-aware output metric at the camera encodings y0, block diagonal.
 
     An SO(3)-aware output metric: ‖L dy‖ measures a small change of the rotation by its geodesic
     angle instead of the Euclidean change of the raw quaternion. The head's quaternion q is
     normalised before use, so only its part tangent to the sphere moves the rotation, and the
     angle between unit quaternions is twice their arc: dθ = 2 ‖(I − q̂q̂ᵀ) dq‖ / ‖q‖. Translation
     (metres) and field of view (radians) keep the Euclidean metric.
+
+    Args:
+        y0: (V·9,) camera encodings (translation 3, quaternion 4, field of view 2 per view, see
+            ``taskgeom.evaluate.tasks.pose_encoding``).
+
+    Returns:
+        L (V·9, V·9).
+
+    Raises:
+        ValueError: y0 is not a vector of V·9 entries.
     """
     if y0.ndim != 1 or y0.numel() % 9:
         raise ValueError(f"so3 output metric: expects (V·9,) camera encodings, got shape {tuple(y0.shape)}")

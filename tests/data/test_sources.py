@@ -15,7 +15,7 @@ from PIL import Image
 
 from taskgeom.data import batches as batches_module
 from taskgeom.data.batches import InputDigest, batches, read_inputs
-from taskgeom.data.hdf5 import KIND_ATTR, new_file
+from taskgeom.data.hdf5 import KIND_ATTR, StoreError, new_file
 from taskgeom.data.sources import SourceError, open_source, stratified_subset, world_arrays
 from taskgeom.data.splits import read_world, to_input
 from taskgeom.data.world import WorldSpec, render_split
@@ -227,3 +227,17 @@ def test_a_range_windows_the_items_and_offsets_give_disjoint_stratified_subsets(
         open_source("s", {"s": {**spec, "subset": {"count": 8, "seed": 1, "offset": 20}}})
     with pytest.raises(SourceError, match=r"sources\.s\.range: \[30, None\] selects none"):
         open_source("s", {"s": {**spec, "range": [30, None]}})
+
+
+def test_a_damaged_chunk_of_a_world_file_is_one_error_naming_the_file(tmp_path):
+    path = _world_file(tmp_path / "test.h5")
+    with h5py.File(path, "r") as f:
+        chunk = f["r32/rgb"].id.get_chunk_info(2)
+    with open(path, "r+b") as f:
+        f.seek(chunk.byte_offset)
+        f.write(bytes(chunk.size))
+    source = open_source("w", {"w": {"kind": "world", "split": "test", "path": str(path)}})
+    for read in (lambda: source[2], lambda: world_arrays(source, ("rgb",), "zoo.m.sources.train"),
+                 lambda: read_world(path)):
+        with pytest.raises(StoreError, match=rf"{path}: damaged, a read failed .*rerun fetch"):
+            read()

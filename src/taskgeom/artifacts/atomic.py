@@ -20,7 +20,14 @@ os.umask(UMASK)
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it over ``path`` only if the block succeeds."""
+    """A temporary path beside ``path``, renamed over ``path`` only if the block succeeds.
+
+    Args:
+        path: the file to write; its directory is created.
+
+    Yields:
+        The temporary path (``.<name>.<8 random characters>.tmp``), removed if the block fails.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -36,13 +43,26 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 def leftovers(path: str | Path) -> list[Path]:
     """The temporary files beside ``path`` that writes to it (``atomic_path``) left when the
-    process was killed before the rename: ``.<name>.<8 random characters>.tmp``."""
+    process was killed before the rename: ``.<name>.<8 random characters>.tmp``.
+
+    Args:
+        path: the file written.
+
+    Returns:
+        The leftover temporary files, sorted.
+    """
     path = Path(path)
     return sorted(path.parent.glob(f".{glob.escape(path.name)}.{'?' * 8}.tmp"))
 
 
 def write_text(path: str | Path, text: str, provenance: dict | None = None) -> None:
-    """Write ``text`` atomically; with ``provenance``, a first line records it (.csv, .md, .tex)."""
+    """Write ``text`` atomically; with ``provenance``, a first line records it (.csv, .md, .tex, .yaml).
+
+    Args:
+        path: the file.
+        text: its content.
+        provenance: the record for the header line (``header_line``), or None for none.
+    """
     if provenance is not None:
         text = header_line(provenance, Path(path).suffix) + text
     with atomic_path(path) as tmp:
@@ -50,4 +70,10 @@ def write_text(path: str | Path, text: str, provenance: dict | None = None) -> N
 
 
 def write_json(path: str | Path, obj: Any) -> None:
+    """Write ``obj`` atomically as indented JSON with sorted keys.
+
+    Args:
+        path: the file.
+        obj: anything ``json.dumps`` takes.
+    """
     write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")

@@ -21,7 +21,14 @@ PAPER_POINT = {"color": "black", "marker": "*", "ms": 9, "ls": "none"}   # ... o
 
 def series_styles(n: int) -> list[dict]:
     """``n`` styles (``color`` as hex, ``marker``) with ``n`` distinct colours: tab20's, dark shades
-    first, for up to 20 series, evenly spaced along ``turbo`` beyond."""
+    first, for up to 20 series, evenly spaced along ``turbo`` beyond.
+
+    Args:
+        n: the number of series.
+
+    Returns:
+        ``n`` dicts with ``color`` and ``marker``, for matplotlib's plot keywords.
+    """
     if n <= 20:
         tab = plt.get_cmap("tab20").colors
         colours = [tab[i] for i in (*range(0, 20, 2), *range(1, 20, 2))][:n]
@@ -33,7 +40,15 @@ def series_styles(n: int) -> list[dict]:
 
 def save_figure(fig, png: str | Path, pdf: str | Path, *, provenance: dict, dpi: int = 110) -> None:
     """Write ``fig`` to both paths with ``provenance`` in their metadata (no timestamps, so
-    reruns give identical bytes) and close it."""
+    reruns give identical bytes) and close it.
+
+    Args:
+        fig: the matplotlib figure.
+        png: the PNG path.
+        pdf: the PDF path.
+        provenance: the record for the metadata.
+        dpi: the PNG's resolution.
+    """
     fig.tight_layout()
     for path, fmt in ((png, "png"), (pdf, "pdf")):
         with atomic_path(path) as tmp:

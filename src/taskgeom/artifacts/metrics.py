@@ -36,7 +36,14 @@ Number = int | float | None
 
 
 def number(value) -> Number:
-    """A plain int, float (six significant digits) or None; bools and numpy scalars included."""
+    """A plain int, float (six significant digits) or None; bools and numpy scalars included.
+
+    Args:
+        value: None, a bool, an integer or anything ``float`` takes.
+
+    Returns:
+        None, an int (bools as 0 / 1), or a float rounded to ``SIGNIFICANT`` digits (inf and NaN kept).
+    """
     if value is None:
         return None
     if isinstance(value, (bool, np.bool_)):
@@ -48,7 +55,14 @@ def number(value) -> Number:
 
 
 def numbers(tree):
-    """``tree`` with every leaf through ``number`` and every key a string."""
+    """``tree`` with every leaf through ``number`` and every key a string.
+
+    Args:
+        tree: a number, or a mapping of them, nested.
+
+    Returns:
+        The same shape of plain dicts and numbers.
+    """
     if isinstance(tree, Mapping):
         return {str(k): numbers(v) for k, v in tree.items()}
     return number(tree)
@@ -62,7 +76,16 @@ def _check_suffix(path: str | Path) -> Path:
 
 
 def write_metrics(path: str | Path | None, values: Mapping, provenance: dict) -> None:
-    """Write ``values`` (names -> numbers, nested mappings allowed) atomically, headed by ``provenance``."""
+    """Write ``values`` (names -> numbers, nested mappings allowed) atomically, headed by ``provenance``.
+
+    Args:
+        path: a .yaml file, or None to write nothing.
+        values: names -> numbers, nested mappings allowed.
+        provenance: the record of the header comment.
+
+    Raises:
+        ValueError: the path is not a .yaml file.
+    """
     if path is None:
         return
     path = _check_suffix(path)
@@ -72,7 +95,16 @@ def write_metrics(path: str | Path | None, values: Mapping, provenance: dict) ->
 
 def write_plot(path: str | Path | None, rows: Sequence[Mapping], provenance: dict) -> None:
     """Write ``rows`` (mappings with the same keys) atomically, one flow mapping a line, headed
-    by ``provenance``."""
+    by ``provenance``.
+
+    Args:
+        path: a .yaml file, or None to write nothing.
+        rows: mappings with the same keys, numbers or None as values.
+        provenance: the record of the header comment.
+
+    Raises:
+        ValueError: the path is not a .yaml file, or the rows' keys differ.
+    """
     if path is None:
         return
     path = _check_suffix(path)
@@ -84,7 +116,14 @@ def write_plot(path: str | Path | None, rows: Sequence[Mapping], provenance: dic
 
 
 def read(path: str | Path):
-    """The numbers of a file written here (its provenance comment skipped)."""
+    """The numbers of a file written here (its provenance comment skipped).
+
+    Args:
+        path: the .yaml file.
+
+    Returns:
+        Its mapping (metrics) or list of rows (plot data).
+    """
     return yaml.safe_load(Path(path).read_text())
 
 
@@ -92,7 +131,18 @@ def wide(rows: Iterable[Mapping], index: str, value: str, column: str | None = N
          columns: Sequence[str] | None = None) -> list[dict]:
     """Long rows -> one row per value of ``index`` (in order of first appearance) holding the mean
     of ``value`` over the rows that share it (e.g. seeds): one field named ``value``, or, with
-    ``column``, one field per value of ``column`` (``columns`` fixes them; None where a row lacks one)."""
+    ``column``, one field per value of ``column`` (``columns`` fixes them; None where a row lacks one).
+
+    Args:
+        rows: long rows.
+        index: the field that names each output row.
+        value: the field averaged.
+        column: the field whose values become the output's fields, or None.
+        columns: those fields, in order; None for every value seen, in order of first appearance.
+
+    Returns:
+        One dict per value of ``index``.
+    """
     groups: dict = {}
     for row in rows:
         key = row[column] if column else value
@@ -103,7 +153,17 @@ def wide(rows: Iterable[Mapping], index: str, value: str, column: str | None = N
 
 def nest(rows: Iterable[Mapping], keys: Sequence[str], value: str, names: Mapping | None = None) -> dict:
     """Rows -> {row[keys[0]]: {row[keys[1]]: ... row[value]}}; ``names`` maps a key to the function
-    that names its values (default ``str``), e.g. ``{"ratio": eta_key}``."""
+    that names its values (default ``str``), e.g. ``{"ratio": eta_key}``.
+
+    Args:
+        rows: flat rows.
+        keys: the fields that name each level, outermost first.
+        value: the field at the leaves (a later row overwrites an earlier one with the same keys).
+        names: key -> the function that labels its values.
+
+    Returns:
+        The nested mapping.
+    """
     out: dict = {}
     for row in rows:
         node = out
@@ -115,5 +175,12 @@ def nest(rows: Iterable[Mapping], keys: Sequence[str], value: str, names: Mappin
 
 
 def eta_key(ratio: float) -> str:
-    """A pruning ratio as a metric name, in percent: 0.2 -> 'eta20', 0.125 -> 'eta12_5'."""
+    """A pruning ratio as a metric name, in percent: 0.2 -> 'eta20', 0.125 -> 'eta12_5'.
+
+    Args:
+        ratio: η.
+
+    Returns:
+        The name.
+    """
     return "eta" + f"{100 * ratio:g}".replace(".", "_")

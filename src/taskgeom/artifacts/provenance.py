@@ -32,17 +32,41 @@ LINE_FORMS = {".csv": ("# ", ""), ".md": ("<!-- ", " -->"), ".tex": ("% ", ""), 
 
 
 def encode(record: dict) -> str:
+    """A record as compact JSON with sorted keys (values JSON cannot hold as their ``str``).
+
+    Args:
+        record: the provenance record.
+
+    Returns:
+        One line of JSON.
+    """
     return json.dumps(record, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def header_line(record: dict, suffix: str) -> str:
-    """The first line that records ``record`` in a text file of type ``suffix`` (.csv, .md, .tex, .yaml)."""
+    """The first line that records ``record`` in a text file of type ``suffix`` (.csv, .md, .tex, .yaml).
+
+    Args:
+        record: the provenance record.
+        suffix: the file's suffix, a key of ``LINE_FORMS``.
+
+    Returns:
+        The line, with its newline.
+    """
     start, end = LINE_FORMS[suffix]
     return f"{start}{KEY}: {encode(record)}{end}\n"
 
 
 def split_header(text: str, suffix: str) -> tuple[dict | None, str]:
-    """(record, the rest) of a text file written with ``header_line``; (None, text) without one."""
+    """(record, the rest) of a text file written with ``header_line``; (None, text) without one.
+
+    Args:
+        text: the file's text.
+        suffix: the file's suffix, a key of ``LINE_FORMS``.
+
+    Returns:
+        The record or None, and the text after the header line.
+    """
     start, end = LINE_FORMS[suffix]
     first, sep, rest = text.partition("\n")
     prefix = f"{start}{KEY}: "
@@ -52,7 +76,15 @@ def split_header(text: str, suffix: str) -> tuple[dict | None, str]:
 
 
 def figure_metadata(record: dict, fmt: str) -> dict:
-    """matplotlib ``savefig`` metadata (no timestamps, so reruns give identical bytes)."""
+    """matplotlib ``savefig`` metadata (no timestamps, so reruns give identical bytes).
+
+    Args:
+        record: the provenance record.
+        fmt: "png" or "pdf".
+
+    Returns:
+        The ``metadata`` argument of ``savefig``.
+    """
     if fmt == "pdf":
         return {"CreationDate": None, PDF_FIELD: encode(record)}
     return {KEY: encode(record)}
@@ -92,7 +124,18 @@ def _read_safetensors(path: Path) -> dict | None:
 
 
 def read(path: str | Path) -> dict:
-    """The provenance record inside ``path``; ValueError naming the file if it has none."""
+    """The provenance record inside ``path``; ValueError naming the file if it has none.
+
+    Args:
+        path: a JSON, CSV, Markdown, LaTeX, YAML, HDF5, safetensors, PNG or PDF file.
+
+    Returns:
+        The record.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: no provenance form for its suffix, or it records none.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")

@@ -29,8 +29,14 @@ from taskgeom.finite import require_finite
 
 @dataclass
 class Batch:
-    """Preprocessed items: ``x`` (B, 3, S, S) or (B, V, 3, S, S), ``labels`` (B,), ``depth``
-    (B, S, S) / (B, V, S, S) or None, ``keys`` their origins."""
+    """Preprocessed items, S the model's input side and V the views of a multi-view item.
+
+    Attributes:
+        x: (B, 3, S, S) or (B, V, 3, S, S) float inputs.
+        labels: (B,) integer labels.
+        depth: (B, S, S) / (B, V, S, S) depth, or None.
+        keys: their origins, one per item.
+    """
 
     x: Tensor
     labels: Tensor
@@ -66,7 +72,22 @@ class _Prepared(Dataset):
 
 def batches(source: Source, image: Callable[[np.ndarray], Tensor], batch_size: int,
             depth: Callable[[np.ndarray], Tensor] | None = None, workers: int = 0) -> Iterator[Batch]:
-    """The source's items in order, preprocessed, ``batch_size`` at a time (``workers`` reader processes)."""
+    """The source's items in order, preprocessed, ``batch_size`` at a time (``workers`` reader processes).
+
+    Args:
+        source: the items.
+        image: one image (H, W, 3) uint8 -> (3, S, S) input; applied per view.
+        batch_size: items per batch.
+        depth: one depth map (H, W) -> (S, S); None to read no depth.
+        workers: DataLoader worker processes.
+
+    Yields:
+        Batches of up to ``batch_size`` items.
+
+    Raises:
+        SourceError: depth was asked and an item has none.
+        NonFiniteError: an image or depth map holds a NaN or an infinity.
+    """
     loader = DataLoader(_Prepared(source, image, depth), batch_size=batch_size, shuffle=False, num_workers=workers)
     for b in loader:
         yield Batch(b["x"], b["label"], b.get("depth"), list(b["key"]))
@@ -102,7 +123,18 @@ def read_inputs(source: Source, prep: Any, batch_size: int = 64, depth: bool = F
     """Every item of ``source`` through ``prep`` (``.image`` and, with ``depth``, ``.depth``) as
     one batch (mapped from a temporary file over ``SPILL_BYTES``); ``digest`` sees every input.
     Images keep their own HWC memory layout, strides (…, 1, 3W, 3): the layout the zoo's inputs
-    have always had, so convolutions take the same path and give the same bits."""
+    have always had, so convolutions take the same path and give the same bits.
+
+    Args:
+        source: the items.
+        prep: the host's preprocessing (``image``, ``depth`` transforms).
+        batch_size: items per read.
+        depth: read depth too.
+        digest: updated with every input.
+
+    Returns:
+        The Batch of all ``len(source)`` items.
+    """
     stream = batches(source, prep.image, batch_size, prep.depth if depth else None)
     first = next(stream)
     x = _Stack(first.x, len(source), images=True)
@@ -123,21 +155,42 @@ class InputDigest:
     """sha256 over the float32 bytes of every preprocessed input, in order: what a stage saw."""
 
     def __init__(self) -> None:
+        """An empty digest."""
         self._hash, self.items = hashlib.sha256(), 0
 
     def update(self, x: Tensor, chunk: int = 64) -> Tensor:
-        """Hash ``x`` (B, ...) ``chunk`` items at a time (the bytes of the contiguous whole)."""
+        """Hash ``x`` ``chunk`` items at a time (the bytes of the contiguous whole, as float32).
+
+        Args:
+            x: (B, ...) inputs.
+            chunk: items per update.
+
+        Returns:
+            ``x``, unchanged.
+        """
         for start in range(0, len(x), chunk):
             self._hash.update(x[start:start + chunk].detach().to(torch.float32).contiguous().numpy().tobytes())
         self.items += len(x)
         return x
 
     def hexdigest(self) -> str:
+        """The sha256 so far.
+
+        Returns:
+            64 hex characters.
+        """
         return self._hash.hexdigest()
 
 
 def digest_of(x: Tensor) -> str:
-    """``InputDigest`` of one batch."""
+    """``InputDigest`` of one batch.
+
+    Args:
+        x: (B, ...) inputs.
+
+    Returns:
+        The hex sha256.
+    """
     digest = InputDigest()
     digest.update(x)
     return digest.hexdigest()

@@ -8,6 +8,11 @@ otherwise (other parameters, or a partial file HDF5 cannot open or read back) it
 Publishing rewrites the data into a fresh file in a fixed order, so the published
 bytes do not depend on whether, or where, the build was interrupted.
 
+Every dataset is chunked one item per chunk, gzip-compressed, and checksummed (HDF5's Fletcher-32
+filter over each stored chunk): a chunk damaged after writing fails to read instead of returning
+other values. ``verify_store`` reads every chunk of a file, so damage anywhere is found before a
+stage publishes anything derived from it; every read error names the file and what to do.
+
 A stage that writes several files (one per split) resumes at the first unpublished one:
 publishing also hard-links the file as ``<dir>/.partial/<name>.published``, which survives a
 rerun (Snakemake and DVC delete a rerun job's declared outputs first, and the stage command its
@@ -20,7 +25,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +37,29 @@ DONE_ATTR = "items_done"
 KIND_ATTR = "taskgeom_kind"
 
 
+# what writes each kind of file: the stage a damaged one is rebuilt by
+WRITERS = {"world": "fetch", "targets": "targets"}
+
+
 class StoreError(ValueError):
-    """An HDF5 input is missing, truncated, or not the kind of file expected; the message names it."""
+    """An HDF5 input is missing, truncated, damaged, or not the kind of file expected; the message names it."""
+
+
+def remedy(path: Path, kind: str) -> str:
+    """What to do about a damaged or truncated ``path`` of ``kind``."""
+    stage = WRITERS.get(kind, "the stage that writes it")
+    return f"rerun {stage} (e.g. `snakemake -R {stage}`), or restore the file with `dvc checkout {path}`"
 
 
 def encode_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """Nested values are stored as JSON strings so any params dict fits in an attribute."""
+    """Nested values are stored as JSON strings so any params dict fits in an attribute.
+
+    Args:
+        attrs: attribute name -> value.
+
+    Returns:
+        The same names; strings and numbers kept, anything else as sorted-key JSON.
+    """
     return {k: v if isinstance(v, (str, int, float, np.integer, np.floating)) else json.dumps(v, sort_keys=True)
             for k, v in attrs.items()}
 
@@ -44,13 +67,27 @@ def encode_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
 class ResumableH5:
     """Fill fixed-size datasets block by block; ``finish()`` publishes the file.
 
-    ``layout``: dataset path -> (per-item shape, dtype); every dataset has ``num_items`` rows.
-    ``attrs``: root attributes; a partial file is resumed only if they match exactly.
-    ``log``: where to say why a partial file was discarded.
+    Attributes:
+        path: the published file.
+        partial: the partial file under ``<dir>/.partial``.
+        num_items: rows of every dataset.
+        attrs: the root attributes written (encoded, with the kind and ``num_items``).
+        file: the open partial file (None when restored).
+        restored: whether the file was put back from its published link (nothing to write).
     """
 
     def __init__(self, path: str | Path, layout: Mapping[str, tuple[tuple[int, ...], str]], num_items: int,
                  attrs: Mapping[str, Any], kind: str, log: logging.Logger | None = None):
+        """Restore the published file, resume the partial one, or start a new one, in that order.
+
+        Args:
+            path: the file to publish.
+            layout: dataset path -> (per-item shape, dtype); every dataset has ``num_items`` rows.
+            num_items: rows of every dataset.
+            attrs: root attributes; a partial file is resumed only if they match exactly.
+            kind: the file's kind (``open_store`` checks it).
+            log: where to say why a partial file was discarded.
+        """
         self.path = Path(path)
         self.log = log or logging.getLogger(__name__)
         self.partial = self.path.parent / ".partial" / self.path.name
@@ -64,7 +101,12 @@ class ResumableH5:
 
     def restore(self) -> bool:
         """Put back this file as a run of the stage published it before the stage was rerun,
-        if it was made with the same attributes (``published_link``)."""
+        if it was made with the same attributes (``published_link``); a link with other
+        attributes is removed.
+
+        Returns:
+            Whether the file was restored.
+        """
         link = published_link(self.path)
         if not link.is_file():
             return False
@@ -85,6 +127,15 @@ class ResumableH5:
         return True
 
     def reopen(self, layout) -> h5py.File | None:
+        """The partial file opened for appending, if it exists, has the same attributes and datasets,
+        and reads back; otherwise it is discarded (``discard``).
+
+        Args:
+            layout: dataset path -> (per-item shape, dtype).
+
+        Returns:
+            The open file, or None.
+        """
         if not self.partial.exists():
             return None
         try:
@@ -98,12 +149,26 @@ class ResumableH5:
         return f
 
     def discard(self, f: h5py.File | None, why: str) -> None:
+        """Close and delete the partial file, logging why.
+
+        Args:
+            f: the partial file if open.
+            why: the reason, completing "the partial file …".
+        """
         if f is not None:
             f.close()
         self.partial.unlink()
         self.log.warning("%s: the partial file %s; starting over", self.path.name, why)
 
     def create(self, layout) -> h5py.File:
+        """A new partial file with no item done.
+
+        Args:
+            layout: dataset path -> (per-item shape, dtype).
+
+        Returns:
+            The open file.
+        """
         f = new_file(self.partial, self.attrs, layout, self.num_items)
         f.attrs[DONE_ATTR] = 0
         f.flush()
@@ -111,10 +176,19 @@ class ResumableH5:
 
     @property
     def done(self) -> int:
+        """Items written so far (all of them when restored)."""
         return self.num_items if self.restored else int(self.file.attrs[DONE_ATTR])
 
     def write(self, start: int, arrays: Mapping[str, np.ndarray]) -> None:
-        """Write items start..start+k of every dataset in ``arrays`` and mark them done."""
+        """Write items start..start+k of every dataset in ``arrays`` and mark them done.
+
+        Args:
+            start: the first item; must equal ``done``.
+            arrays: dataset path -> (k, *shape) values.
+
+        Raises:
+            ValueError: blocks out of order.
+        """
         if start != self.done:
             raise ValueError(f"{self.partial}: blocks must be written in order (next is {self.done}, got {start})")
         count = len(next(iter(arrays.values())))
@@ -124,7 +198,17 @@ class ResumableH5:
         self.file.flush()
 
     def finish(self, block: int = 256) -> Path:
-        """Copy the complete partial file into a fresh one, link it as published and rename it into place."""
+        """Copy the complete partial file into a fresh one, link it as published and rename it into place.
+
+        Args:
+            block: items copied at a time.
+
+        Returns:
+            The published path.
+
+        Raises:
+            ValueError: not every item was written.
+        """
         if self.restored:
             return self.path
         if self.done != self.num_items:
@@ -144,59 +228,134 @@ class ResumableH5:
         return self.path
 
     def layout_names(self) -> list[str]:
+        """The paths of every dataset of the partial file.
+
+        Returns:
+            Dataset paths, in the file's order.
+        """
         names: list[str] = []
         self.file.visititems(lambda n, obj: names.append(n) if isinstance(obj, h5py.Dataset) else None)
         return names
 
     def close(self) -> None:
+        """Close the partial file if it is open (nothing is published)."""
         if self.file is not None and self.file.id.valid:
             self.file.close()
 
 
 def published_link(path: Path) -> Path:
-    """Where ``ResumableH5`` keeps a second link to ``path`` once it is published."""
+    """Where ``ResumableH5`` keeps a second link to ``path`` once it is published.
+
+    Args:
+        path: the published file.
+
+    Returns:
+        ``<dir>/.partial/<name>.published``.
+    """
     return path.parent / ".partial" / f"{path.name}.published"
 
 
 def forget_published(paths) -> None:
-    """Drop the published links of ``paths`` (a stage's files), once the stage has written all of them."""
+    """Drop the published links of ``paths`` (a stage's files), once the stage has written all of them.
+
+    Args:
+        paths: the stage's published files.
+    """
     for path in paths:
         published_link(Path(path)).unlink(missing_ok=True)
+
+
+READ_ERRORS = (OSError, RuntimeError, ValueError, KeyError)  # what h5py raises on a damaged file
+
+
+def first_damage(f: h5py.File, names, block: int = 256) -> str | None:
+    """Where the first row of datasets ``names`` that does not decode is (``name`` rows a-b), or None."""
+    for name in names:
+        try:
+            rows = f[name].shape[0]
+        except READ_ERRORS:
+            return name
+        for start in range(0, rows, block):
+            try:
+                f[name][start:start + block]
+            except READ_ERRORS:
+                return f"{name} rows {start}-{min(start + block, rows) - 1}"
+    return None
 
 
 def readable(f: h5py.File, names, block: int = 256) -> bool:
     """Every row of every dataset ``names`` decodes. A kill mid-write can leave a file that
     opens but whose chunk index or written chunks are damaged (HDF5 keeps no journal)."""
+    return first_damage(f, names, block) is None
+
+
+def verify_store(path: str | Path, kind: str) -> None:
+    """Read every chunk of every dataset of the finished file ``path`` (each checked against its
+    checksum); raise StoreError naming the file, the first damaged rows and what to do."""
+    path = Path(path)
+    with open_store(path, kind) as f:
+        names: list[str] = []
+        try:
+            f.visititems(lambda n, obj: names.append(n) if isinstance(obj, h5py.Dataset) else None)
+        except READ_ERRORS:
+            names.append("/")
+        where = "its index of datasets" if names[-1:] == ["/"] else first_damage(f, names)
+    if where:
+        raise StoreError(f"{path}: damaged ({where} do not pass their checksum or do not decode); {remedy(path, kind)}")
+
+
+@contextmanager
+def reading(path: str | Path, kind: str) -> Iterator[None]:
+    """Reads of the finished file ``path`` inside: a chunk that fails raises StoreError naming it."""
     try:
-        for name in names:
-            for start in range(0, f[name].shape[0], block):
-                f[name][start:start + block]
-    except (OSError, RuntimeError, ValueError):
-        return False
-    return True
+        yield
+    except (OSError, RuntimeError) as exc:  # h5py's errors of a chunk or index that does not decode
+        raise StoreError(f"{path}: damaged, a read failed ({exc}); {remedy(Path(path), kind)}") from None
 
 
 def new_file(path: Path, attrs: Mapping[str, Any], layout: Mapping[str, tuple[tuple[int, ...], Any]],
              num_items: int) -> h5py.File:
-    """An HDF5 file with ``attrs`` and one chunked, compressed dataset per layout entry, created in order."""
+    """An HDF5 file with ``attrs`` and one chunked, compressed dataset per layout entry, created in order.
+
+    Args:
+        path: the file, overwritten.
+        attrs: root attributes.
+        layout: dataset path -> (per-item shape, dtype).
+        num_items: rows of every dataset (one chunk per row, gzip level 4 with shuffle).
+
+    Returns:
+        The file, open for writing.
+    """
     f = h5py.File(path, "w", libver=("earliest", "v110"), track_order=True)
     for k, v in attrs.items():
         f.attrs[k] = v
     for name, (shape, dtype) in layout.items():
-        f.create_dataset(name, shape=(num_items, *shape), dtype=dtype, chunks=(1, *shape),
-                         compression="gzip", compression_opts=4, shuffle=True, track_times=False)
+        f.create_dataset(name, shape=(num_items, *shape), dtype=dtype, chunks=(1, *shape), compression="gzip",
+                         compression_opts=4, shuffle=True, fletcher32=True, track_times=False)
     return f
 
 
 def open_store(path: str | Path, kind: str) -> h5py.File:
-    """Open a finished taskgeom HDF5 file for reading, or raise StoreError naming it."""
+    """Open a finished taskgeom HDF5 file for reading, or raise StoreError naming it.
+
+    Args:
+        path: the file.
+        kind: the kind it must be (e.g. "world", "targets").
+
+    Returns:
+        The file, open read-only.
+
+    Raises:
+        StoreError: the file is missing, unreadable, of another kind, or incomplete.
+    """
     path = Path(path)
     if not path.is_file():
         raise StoreError(f"{path}: no such file (run the stage that makes it first)")
     try:
         f = h5py.File(path, "r")
     except OSError as exc:
-        raise StoreError(f"{path}: not a readable HDF5 file (truncated or corrupt?): {exc}") from None
+        raise StoreError(f"{path}: not a readable HDF5 file (truncated or damaged: {exc}); "
+                         f"{remedy(path, kind)}") from None
     found = f.attrs.get(KIND_ATTR)
     if found != kind:
         f.close()
@@ -208,5 +367,14 @@ def open_store(path: str | Path, kind: str) -> h5py.File:
 
 
 def read_attr_json(f: h5py.File, key: str) -> Any:
+    """A root attribute, decoded from JSON when ``encode_attrs`` stored it so.
+
+    Args:
+        f: the open file.
+        key: the attribute.
+
+    Returns:
+        The value (a list or dict if it was one).
+    """
     value = f.attrs[key]
     return json.loads(value) if isinstance(value, str) and value[:1] in "[{" else value

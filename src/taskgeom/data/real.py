@@ -38,7 +38,15 @@ NYU_INTRINSICS: tuple[float, float, float, float] = (518.857901, 519.469611, 325
 
 
 def center_square(height: int, width: int) -> tuple[int, int, int]:
-    """(top, left, side) of the largest centred square in a height x width frame."""
+    """(top, left, side) of the largest centred square in a height x width frame.
+
+    Args:
+        height: the frame's height in pixels.
+        width: its width.
+
+    Returns:
+        (top, left, side), side = min(height, width).
+    """
     side = min(height, width)
     return (height - side) // 2, (width - side) // 2, side
 
@@ -47,7 +55,20 @@ def square_intrinsics(fx: float, fy: float, cx: float, cy: float, height: int, w
                       resolution: int) -> np.ndarray:
     """(3, 3) intrinsics after cropping the central square of a height x width
     frame and resizing it to resolution x resolution. With OpenCV pixel
-    centres a resize by s maps x to s (x + 0.5) - 0.5; a crop shifts by its offset."""
+    centres a resize by s maps x to s (x + 0.5) - 0.5; a crop shifts by its offset.
+
+    Args:
+        fx: focal length in pixels along x.
+        fy: along y.
+        cx: principal point x, 0-based OpenCV pixels.
+        cy: principal point y.
+        height: the frame's height.
+        width: the frame's width.
+        resolution: R, the output side.
+
+    Returns:
+        (3, 3) float64 K of the R x R image.
+    """
     top, left, side = center_square(height, width)
     s = resolution / side
     return np.array([[fx * s, 0.0, s * (cx - left + 0.5) - 0.5],
@@ -68,7 +89,15 @@ def _square_resize(image: Image.Image, resolution: int) -> Image.Image:
 
 def load_image(path: Path, resolution: int) -> torch.Tensor:
     """Image file -> float32 (3, R, R) in [0, 1]. Greyscale, palette and CMYK
-    files (all occur in ImageNet) are converted to RGB."""
+    files (all occur in ImageNet) are converted to RGB.
+
+    Args:
+        path: a JPEG or PNG file.
+        resolution: R; the central square is resized to R x R (bilinear, antialiased).
+
+    Returns:
+        (3, R, R) float32; ValueError naming the file if it cannot be decoded.
+    """
     try:
         with Image.open(path) as image:
             return _to_tensor(_square_resize(image.convert("RGB"), resolution))
@@ -94,11 +123,17 @@ class ImageFolderClasses(Dataset):
     usual ImageNet class order for the 1000 wnids; every subfolder counts as
     a class, even an empty one, so labels stay aligned across datasets.
     Samples are interleaved across classes (first image of every class, then
-    the second, ...), so `limit` keeps a class-balanced subset.
-    Items: (image (3, R, R) float32 in [0, 1], label int).
+    the second, ...), so `limit` keeps a class-balanced subset (items: ``__getitem__``).
     """
 
     def __init__(self, root: str | Path, resolution: int, limit: int | None = None) -> None:
+        """Index the class folders (nothing is decoded yet).
+
+        Args:
+            root: the directory of class folders.
+            resolution: R, the side of the images returned.
+            limit: keep the first ``limit`` samples of the interleaved order; None for all.
+        """
         _check_resolution(resolution, limit)
         self.root, self.resolution = Path(root), resolution
         if not self.root.is_dir():
@@ -114,16 +149,24 @@ class ImageFolderClasses(Dataset):
         self.samples = [(path, label) for _, label, path in ranked][:limit]
 
     def __len__(self) -> int:
+        """The number of samples."""
         return len(self.samples)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        """Sample ``index``: (image (3, R, R) float32 in [0, 1], label int)."""
         path, label = self.samples[index]
         return load_image(path, self.resolution), label
 
 
 def read_ground_truth(labels_file: Path) -> np.ndarray:
-    """ILSVRC2012_validation_ground_truth.txt -> (N,) int64 ILSVRC2012_IDs
-    (1-based, line k belongs to ILSVRC2012_val_%08d.JPEG with number k)."""
+    """ILSVRC2012_validation_ground_truth.txt -> 1-based ILSVRC2012_IDs (line k: ILSVRC2012_val_%08d number k).
+
+    Args:
+        labels_file: the devkit's ground-truth file.
+
+    Returns:
+        (N,) int64 ILSVRC2012_IDs.
+    """
     if not labels_file.is_file():
         raise FileNotFoundError(f"{labels_file}: expected the devkit's ILSVRC2012_validation_ground_truth.txt")
     ids = []
@@ -138,8 +181,14 @@ def read_ground_truth(labels_file: Path) -> np.ndarray:
 
 
 def read_devkit_meta(meta_file: Path) -> dict[int, str]:
-    """devkit data/meta.mat (MATLAB v5) -> {ILSVRC2012_ID: wnid} for the
-    leaf synsets (num_children == 0), i.e. the 1000 classes."""
+    """devkit data/meta.mat (MATLAB v5) -> {ILSVRC2012_ID: wnid} of leaf synsets (num_children 0): 1000 classes.
+
+    Args:
+        meta_file: the devkit's data/meta.mat.
+
+    Returns:
+        ILSVRC2012_ID -> wnid.
+    """
     from scipy.io import loadmat  # only needed for this optional file
 
     if not meta_file.is_file():
@@ -167,6 +216,15 @@ class ImageNetValDevkit(Dataset):
 
     def __init__(self, images_dir: str | Path, labels_file: str | Path, resolution: int, limit: int | None = None,
                  meta_file: str | Path | None = None) -> None:
+        """Index the files and their labels (nothing is decoded yet).
+
+        Args:
+            images_dir: the directory of ILSVRC2012_val_*.JPEG files.
+            labels_file: the devkit's ILSVRC2012_validation_ground_truth.txt.
+            resolution: R, the side of the images returned.
+            limit: keep the first ``limit`` files by number; None for all.
+            meta_file: the devkit's data/meta.mat, for labels in sorted-wnid order; None for ID − 1.
+        """
         _check_resolution(resolution, limit)
         self.images_dir, self.resolution = Path(images_dir), resolution
         if not self.images_dir.is_dir():
@@ -195,9 +253,11 @@ class ImageNetValDevkit(Dataset):
         self.samples = [(p, int(labels[n - 1])) for n, p in files][:limit]
 
     def __len__(self) -> int:
+        """The number of samples."""
         return len(self.samples)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        """Sample ``index``: (image (3, R, R) float32 in [0, 1], label)."""
         path, label = self.samples[index]
         return load_image(path, self.resolution), label
 
@@ -206,8 +266,15 @@ class ImageNetValDevkit(Dataset):
 
 
 def read_nyu_split(splits_file: str | Path, split: str) -> np.ndarray:
-    """The standard 795/654 train/test split (`splits.mat`, MATLAB v5, 1-based
-    `trainNdxs` / `testNdxs`) as 0-based indices for `NYUDepthV2Labeled`."""
+    """The standard 795/654 train/test split of `splits.mat` (MATLAB v5, 1-based `trainNdxs` / `testNdxs`).
+
+    Args:
+        splits_file: NYU-Depth-V2's splits.mat.
+        split: "train" or "test".
+
+    Returns:
+        (n,) int64 0-based image indices, for `NYUDepthV2Labeled`.
+    """
     from scipy.io import loadmat  # only needed for this optional file
 
     path, key = Path(splits_file), {"train": "trainNdxs", "test": "testNdxs"}.get(split)
@@ -251,6 +318,13 @@ class NYUDepthV2Labeled(Dataset):
     """
 
     def __init__(self, mat_path: str | Path, resolution: int, split_indices: Sequence[int] | None = None) -> None:
+        """Check the file's datasets and the indices, and derive the crop's intrinsics.
+
+        Args:
+            mat_path: nyu_depth_v2_labeled.mat.
+            resolution: R, the side of the items returned.
+            split_indices: 0-based image indices (``read_nyu_split``); None for every frame.
+        """
         _check_resolution(resolution, None)
         self.path, self.resolution = Path(mat_path), resolution
         if not self.path.is_file():
@@ -295,13 +369,22 @@ class NYUDepthV2Labeled(Dataset):
         return n, width, height
 
     def __getstate__(self) -> dict:
+        """The state to pickle, without the open file (reopened in the new process)."""
         return {**self.__dict__, "_file": None}
 
     def __len__(self) -> int:
+        """The number of frames of the split."""
         return len(self.indices)
 
     def frame(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """Item ``index`` at the file's size: RGB (H, W, 3) uint8 and depth (H, W) float32 metres."""
+        """Item ``index`` at the file's size.
+
+        Args:
+            index: the item, into ``split_indices``.
+
+        Returns:
+            RGB (H, W, 3) uint8 and depth (H, W) float32 metres.
+        """
         if self._file is None:
             self._file = h5py.File(self.path, "r")
         n = int(self.indices[index])
@@ -309,6 +392,7 @@ class NYUDepthV2Labeled(Dataset):
         return rgb, np.ascontiguousarray(self._file["depths"][n].T, dtype=np.float32)  # (W, H) -> (H, W)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        """Item ``index``: image (3, R, R), depth (R, R) and K (3, 3), see the class docstring."""
         rgb, depth = self.frame(index)
         image = _to_tensor(_square_resize(Image.fromarray(rgb), self.resolution))
         depth = depth[self._rows[:, None], self._cols[None, :]].astype(np.float32)

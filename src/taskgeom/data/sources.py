@@ -43,7 +43,7 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
-from taskgeom.data.hdf5 import StoreError, open_store, read_attr_json
+from taskgeom.data.hdf5 import StoreError, open_store, read_attr_json, reading
 from taskgeom.data.real import (
     IMAGE_EXTENSIONS,
     ImageFolderClasses,
@@ -119,6 +119,18 @@ class Source(Dataset):
     def __init__(self, name: str, spec: Mapping[str, Any], keys: list[str], labels: np.ndarray,
                  read: Callable[[int], Item], classes: list[str] | None = None,
                  max_depth: float | None = None, stored: np.ndarray | None = None) -> None:
+        """Select items by ``spec``'s ``range``, then its ``subset`` (module docstring).
+
+        Args:
+            name: the source's key in ``sources``.
+            spec: its params entry (``kind``, ``range``, ``subset``, ...).
+            keys: every item's origin, in source order.
+            labels: (n,) int64 labels, -1 without.
+            read: item position -> Item.
+            classes: class names by label, or None.
+            max_depth: the depth cap of its ground truth (metres), or None.
+            stored: (n,) each item's row in its file (default 0..n − 1).
+        """
         self.name, self.spec, self.classes, self.max_depth = name, dict(spec), classes, max_depth
         # item i's position in its file (a world source of one family skips the other's scenes)
         self.stored = np.arange(len(keys)) if stored is None else stored
@@ -135,9 +147,11 @@ class Source(Dataset):
             self.indices = self.indices[select(name, spec, labels[self.indices], subset)]
 
     def __len__(self) -> int:
+        """The number of selected items."""
         return len(self.indices)
 
     def __getitem__(self, index: int) -> Item:
+        """Selected item ``index``, read from disk."""
         return self._read(int(self.indices[index]))
 
     def first(self, count: int) -> Source:
@@ -152,10 +166,12 @@ class Source(Dataset):
 
     @property
     def keys(self) -> list[str]:
+        """The selected items' origins, in order."""
         return [self._keys[i] for i in self.indices]
 
     @property
     def labels(self) -> np.ndarray:
+        """(len,) int64 labels of the selected items (-1 without labels)."""
         return self._labels[self.indices]
 
     def check(self) -> None:
@@ -188,7 +204,7 @@ def _world(name: str, spec: Mapping[str, Any]) -> Source:
     path = Path(spec.get("path") or f"{WORLD_DIR}/{spec['split']}.h5")
     domain = spec.get("domain", "rgb")
     try:
-        with open_store(path, "world") as f:
+        with open_store(path, "world") as f, reading(path, "world"):
             res = int(spec.get("resolution") or f.attrs["base_resolution"])
             if f"r{res}/{domain}" not in f:
                 raise SourceError(f"sources.{name}: {path} has no {domain} renders at {res} px")
@@ -206,7 +222,8 @@ def _world(name: str, spec: Mapping[str, Any]) -> Source:
     def read(i: int) -> Item:
         f = files.get("f") or files.setdefault("f", h5py.File(path, "r"))  # one handle per worker
         j = int(stored[i])
-        return Item(f[f"r{res}/{domain}"][j], int(labels[j]), f[f"r{res}/depth"][j], f"{path}[{j}]")
+        with reading(path, "world"):
+            return Item(f[f"r{res}/{domain}"][j], int(labels[j]), f[f"r{res}/depth"][j], f"{path}[{j}]")
 
     return Source(name, spec, [f"{path}[{j}]" for j in stored], labels[stored], read, None, max_depth, stored)
 
@@ -295,7 +312,18 @@ OPENERS: dict[str, Callable[[str, Mapping[str, Any]], Source]] = {
 
 
 def open_source(name: str, sources: Mapping[str, Mapping[str, Any]] | None) -> Source:
-    """The source ``name`` of params.yaml's ``sources`` mapping, indexed and subset (not yet read)."""
+    """The source ``name`` of params.yaml's ``sources`` mapping, indexed and subset (not yet read).
+
+    Args:
+        name: its key.
+        sources: params.yaml's ``sources``.
+
+    Returns:
+        The Source.
+
+    Raises:
+        SourceError: undefined, of an unknown kind, unreadable, or with no items.
+    """
     sources = sources or {}
     if name not in sources:
         raise SourceError(f"sources.{name}: not defined in params.yaml (defined: {sorted(sources) or 'none'})")
@@ -340,7 +368,7 @@ def world_arrays(source: Source, keys: tuple[str, ...], what: str) -> dict[str, 
         raise SourceError(f"{what}: {source.name!r} is not a world source of rgb renders (a tiny model trains "
                           "on the world's arrays)")
     path = Path(source.spec.get("path") or f"{WORLD_DIR}/{source.spec['split']}.h5")
-    with open_store(path, "world") as f:
+    with open_store(path, "world") as f, reading(path, "world"):
         res = int(source.spec.get("resolution") or f.attrs["base_resolution"])
         rows = source.stored[source.indices]
         out = {k: f[k if k in ("label", "family") else f"r{res}/{k}"][:][rows] for k in keys}

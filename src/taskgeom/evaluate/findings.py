@@ -38,6 +38,15 @@ PAPER_PROBE = {(False, "cls"): "cls", (False, "depth"): "dpt-depth", (True, "cam
 
 @dataclass(frozen=True)
 class Claim:
+    """One claim of the paper, the tables it is judged from, and its rule.
+
+    Attributes:
+        claim: the claim, in words.
+        where: the paper's table or section.
+        tables: the tables it reads.
+        rule: the rule its checks apply, in words.
+        judge: (tables, multiview) -> (the paper's figure, our checks).
+    """
     claim: str
     where: str                                            # the paper's table or section
     tables: tuple[str, ...]                               # the tables it reads
@@ -46,19 +55,43 @@ class Claim:
 
 
 def verdict(outcomes: list[bool]) -> str:
+    """The verdict of a claim's checks (module docstring).
+
+    Args:
+        outcomes: whether each check succeeded.
+
+    Returns:
+        ``UNTESTED`` without checks, else ``HOLDS``, ``FAILS`` or ``MIXED``.
+    """
     if not outcomes:
         return UNTESTED
     return HOLDS if all(outcomes) else FAILS if not any(outcomes) else MIXED
 
 
 def interval(text: object) -> tuple[float, float]:
-    """A table's "[low, high]" cell as floats (NaNs when empty)."""
+    """A table's "[low, high]" cell as floats (NaNs when empty).
+
+    Args:
+        text: the cell, a JSON list or anything else (missing).
+
+    Returns:
+        (low, high).
+    """
     values = json.loads(text) if isinstance(text, str) and text.startswith("[") else [np.nan, np.nan]
     return float(values[0]), float(values[1])
 
 
 def rows_of(df: pd.DataFrame, who: str, column: str = "source") -> pd.DataFrame:
-    """``who``'s rows ("ours" or "paper") of a table that holds both."""
+    """``who``'s rows ("ours" or "paper") of a table that holds both.
+
+    Args:
+        df: the table.
+        who: "ours" or "paper".
+        column: the column that tells them apart.
+
+    Returns:
+        Those rows.
+    """
     return df[df[column] == who]
 
 
@@ -66,6 +99,16 @@ def rows_of(df: pd.DataFrame, who: str, column: str = "source") -> pd.DataFrame:
 
 
 def regimes(t: Tables, multiview: Callable[[str], bool]) -> Judged:
+    """The regime of each of our probes against the paper's Table 1 counterpart.
+
+    Args:
+        t: the run's tables by name.
+        multiview: tells a multi-view host from a single-image one, by model name.
+
+    Returns:
+        The paper's figure and the checks: per Euclidean-output probe with a counterpart, whether
+        its regime is the counterpart's.
+    """
     table = t["diagnose_table1"]
     theirs = {row.decoder: row.regime for row in rows_of(table, "paper").itertuples()}
     checks = []
@@ -79,6 +122,14 @@ def regimes(t: Tables, multiview: Callable[[str], bool]) -> Judged:
 
 
 def power_iteration(t: Tables, _) -> Judged:
+    """q = 2 against q = 0 subspace error, per probe (App. C.3).
+
+    Args:
+        t: the run's tables by name.
+
+    Returns:
+        The paper's figure and the checks: per probe whose q = 0 error exceeds 1e-6: whether q = 2 at most halves it.
+    """
     table = t["diagnose_power_iterations"]
     checks = [(f"{r.probe}: {r.error_q0:.3g} → {r.error_q2:.3g}", r.error_q2 <= r.error_q0 / 2)
               for r in rows_of(table, "ours").itertuples() if r.error_q0 > 1e-6]
@@ -95,6 +146,15 @@ def _head(row) -> str:
 
 
 def spectral_targets(t: Tables, _) -> Judged:
+    """Spectral against block-norm importance heads of the same probe and settings.
+
+    Args:
+        t: the run's tables by name.
+
+    Returns:
+        The paper's figure and the checks: per (spectral, block-norm) pair, whether the spectral ρ
+        interval lies above the other's.
+    """
     heads = rows_of(t["metric_importance"], "ours")
     same = ["probe", "w_rank", "train_images", "width", "heads"]
     checks = []
@@ -109,6 +169,14 @@ def spectral_targets(t: Tables, _) -> Judged:
 
 
 def head_learns(t: Tables, _) -> Judged:
+    """Each spectral importance head against the position-only baseline.
+
+    Args:
+        t: the run's tables by name.
+
+    Returns:
+        The paper's figure and the checks: per spectral head: whether its ρ interval lies above the position-only ρ.
+    """
     heads = rows_of(t["metric_importance"], "ours")
     heads = heads[heads["target"] == "spectral"]
     checks = [(f"{_head(r)} vs position-only {r.rho_position_only:.3g}",
@@ -117,6 +185,14 @@ def head_learns(t: Tables, _) -> Judged:
 
 
 def randnla_supervision(t: Tables, _) -> Judged:
+    """SPNs trained on q = 1 targets against exact supervision (Table 13).
+
+    Args:
+        t: the run's tables by name.
+
+    Returns:
+        The paper's figure and the checks: per probe with exact supervision: whether q = 1 reaches 0.9 of exact.
+    """
     table = t["metric_table13"]
     # a probe without an exact-supervision run (too large for the dense reference) has no share
     q1 = lambda who: [r for r in rows_of(table, who).itertuples()
@@ -126,6 +202,14 @@ def randnla_supervision(t: Tables, _) -> Judged:
 
 
 def vae_cut(t: Tables, _) -> Judged:
+    """The latent probe's effective rank against the original probe's, per VAE.
+
+    Args:
+        t: the run's tables by name.
+
+    Returns:
+        The paper's figure and the checks: per VAE: whether the latent erank interval lies below the original's.
+    """
     rows = t["metric_vae"]
     rows = rows[rows["quantity"] == "erank"]
     checks = [(f"{r.vae}: erank {r.original:.3g} {r.original_ci} → {r.latent:.3g} {r.latent_ci}",
@@ -146,6 +230,14 @@ def _beats(rows: pd.DataFrame, label: Callable) -> Checks:
 
 
 def cls_merging(t: Tables, _) -> Judged:
+    """Importance against ToMe's score on CLS decoders, per model and η > 0 (Table 2).
+
+    Args:
+        t: the run's tables by name.
+
+    Returns:
+        The paper's figure and the checks: ``_beats`` per model and η.
+    """
     table = t["prune_table2"]
     mine, theirs = rows_of(table, "ours"), rows_of(table, "paper")
     mine = mine[(mine["part"] == "cls") & (mine["method"] == TOME) & (mine["ratio"] > 0)]
@@ -155,6 +247,14 @@ def cls_merging(t: Tables, _) -> Judged:
 
 
 def dense_pruning(t: Tables, _) -> Judged:
+    """Importance against ToMe's score, 2-stage with LLF, η ≥ 0.2, on dense depth.
+
+    Args:
+        t: the run's tables by name.
+
+    Returns:
+        The paper's figure and the checks: ``_beats`` per model and η, at the first domain and the base resolution.
+    """
     table = t["prune_schedules"]
     rows = table[(table["schedule"] == "2-stage") & (table["llf"].astype(str) == "True") & (table["method"] == TOME)
                  & (table["ratio"] >= 0.2) & (table["metric"] == "add_silog")]
@@ -163,6 +263,14 @@ def dense_pruning(t: Tables, _) -> Judged:
 
 
 def resolution_transfer(t: Tables, _) -> Judged:
+    """Importance against ToMe's score above the base resolution (Tables 4–5).
+
+    Args:
+        t: the run's tables by name.
+
+    Returns:
+        The paper's figure and the checks: ``_beats`` per model, resolution, schedule with LLF, and η > 0.
+    """
     table = t["prune_resolutions"]
     rows = table[(table["method"] == TOME) & (table["ratio"] > 0) & (table["llf"].astype(str) == "True")
                  & (table["resolution"] > table["resolution"].min())]
@@ -175,6 +283,16 @@ def _rho(r) -> str:
 
 
 def drm_against(name: str, baselines: tuple[str, ...]) -> Callable[[Tables, object], Judged]:
+    """A judge of the DRM against ``baselines`` in the retrieval table ``name``.
+
+    Args:
+        name: the table, e.g. "retrieval_table14".
+        baselines: the methods the DRM must beat, e.g. ("l2", "cosine").
+
+    Returns:
+        The judge: per model, domain and baseline, whether the DRM's ρ interval lies above the
+        baseline's; the paper's figure is its rows' ρ.
+    """
     def judge(t: Tables, _) -> Judged:
         table = t[name]
         checks = []
@@ -222,7 +340,15 @@ CLAIMS: tuple[Claim, ...] = (
 
 def findings(tables: Tables, multiview: Callable[[str], bool]) -> pd.DataFrame:
     """One row per claim (``COLUMNS``), judged from ``tables``; a claim whose tables hold no rows
-    is not tested. ``multiview(model)`` tells a multi-view host from a single-image one."""
+    is not tested. ``multiview(model)`` tells a multi-view host from a single-image one.
+
+    Args:
+        tables: table name -> DataFrame, every table a claim reads.
+        multiview: model name -> whether it is a multi-view host.
+
+    Returns:
+        The findings, columns ``COLUMNS``.
+    """
     rows = []
     for c in CLAIMS:
         theirs, checks = ("", []) if any(tables[n].empty for n in c.tables) else c.judge(tables, multiview)

@@ -14,7 +14,14 @@ import numpy as np
 
 
 def radial_power(images: np.ndarray) -> np.ndarray:
-    """(N, H, W, 3) uint8 -> mean power per integer frequency radius, index r = 0 … min(H, W)/2 − 1."""
+    """Mean power per integer frequency radius of the grey, windowed images (module docstring).
+
+    Args:
+        images: (N, H, W, 3) uint8.
+
+    Returns:
+        (min(H, W) // 2,) float64 power at radius r = 0 … min(H, W)/2 − 1, averaged over images.
+    """
     grey = images.astype(np.float64).mean(axis=-1)
     grey -= grey.mean(axis=(1, 2), keepdims=True)
     h, w = grey.shape[1:]
@@ -28,7 +35,14 @@ def radial_power(images: np.ndarray) -> np.ndarray:
 
 
 def spectrum_slope(images: np.ndarray) -> float:
-    """The log–log slope α of the images' radially averaged power spectrum (natural images: ≈ −2)."""
+    """The log–log slope α of the images' radially averaged power spectrum (natural images: ≈ −2).
+
+    Args:
+        images: (N, H, W, 3) uint8.
+
+    Returns:
+        α, the least-squares slope over radii 1 … min(H, W)/2 − 1.
+    """
     power = radial_power(images)
     r = np.arange(1, len(power))
     return float(np.polyfit(np.log(r), np.log(power[1:]), 1)[0])

@@ -10,7 +10,23 @@ from torch import Tensor
 
 def knn_correct(bank: Tensor, bank_labels: Tensor, queries: Tensor, labels: Tensor, k: int = 20,
                 temperature: float = 0.07, num_classes: int | None = None) -> Tensor:
-    """bank (Nb, C), bank_labels (Nb,), queries (Nq, C), labels (Nq,) -> (Nq,) bool: top-1 correct."""
+    """Whether each query's weighted k-NN vote (in float64) picks its label.
+
+    Args:
+        bank: (Nb, C) labelled embeddings.
+        bank_labels: (Nb,) integer labels.
+        queries: (Nq, C) embeddings to classify.
+        labels: (Nq,) their integer labels.
+        k: neighbours that vote, at most Nb.
+        temperature: T of the vote weight exp(sim / T).
+        num_classes: classes; None for 1 + the largest label seen.
+
+    Returns:
+        (Nq,) bool, top-1 correct.
+
+    Raises:
+        ValueError: k exceeds the bank's size.
+    """
     if k > bank.shape[0]:
         raise ValueError(f"k-NN: k = {k} exceeds the bank's {bank.shape[0]} embeddings")
     num_classes = num_classes or int(max(bank_labels.max(), labels.max())) + 1

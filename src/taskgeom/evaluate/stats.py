@@ -16,7 +16,15 @@ from scipy import stats
 
 @dataclass(frozen=True)
 class Summary:
-    """mean, std (ddof = 1) and the bootstrap interval [low, high] of the mean over n values."""
+    """mean, std (ddof = 1) and the bootstrap interval [low, high] of the mean over n values.
+
+    Attributes:
+        mean: the mean.
+        std: the sample standard deviation (0 for one value).
+        low: the interval's lower end.
+        high: the interval's upper end.
+        n: the number of values.
+    """
 
     mean: float
     std: float
@@ -25,12 +33,31 @@ class Summary:
     n: int
 
     def as_dict(self) -> dict[str, float | int]:
+        """The fields by name.
+
+        Returns:
+            mean, std, low, high and n.
+        """
         return asdict(self)
 
 
 def summarize(values, resamples: int = 2000, level: float = 0.95, seed: int = 0) -> Summary:
-    """values (n,) -> Summary. With fewer than two distinct values the interval is the mean itself
-    (there is nothing to resample); NaN values are an error, not silently dropped."""
+    """Mean, std and percentile bootstrap interval of the mean. With fewer than two distinct values
+    the interval is the mean itself (there is nothing to resample); NaN values are an error, not
+    silently dropped.
+
+    Args:
+        values: (n,) numbers (flattened).
+        resamples: bootstrap resamples.
+        level: the interval's confidence level.
+        seed: seeds the resampling.
+
+    Returns:
+        The Summary.
+
+    Raises:
+        ValueError: no values, or a non-finite one.
+    """
     x = np.asarray(values, dtype=np.float64).ravel()
     if x.size == 0:
         raise ValueError("summarize: no values")
@@ -49,7 +76,18 @@ def summarize(values, resamples: int = 2000, level: float = 0.95, seed: int = 0)
 
 
 def spearman(a, b) -> float:
-    """Spearman rank correlation of two score vectors (scipy.stats.spearmanr); NaN if either is constant."""
+    """Spearman rank correlation of two score vectors (scipy.stats.spearmanr); NaN if either is constant.
+
+    Args:
+        a: (n,) scores (flattened).
+        b: (n,) scores.
+
+    Returns:
+        ρ in [−1, 1], or NaN.
+
+    Raises:
+        ValueError: the shapes differ.
+    """
     a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
     if a.shape != b.shape:
         raise ValueError(f"spearman: shapes differ {a.shape} vs {b.shape}")
@@ -60,7 +98,18 @@ def spearman(a, b) -> float:
 
 def wilcoxon_p(a, b) -> float:
     """Two-sided Wilcoxon signed-rank p-value of paired per-image values a vs b
-    (scipy.stats.wilcoxon); NaN when every pair is tied (no evidence either way)."""
+    (scipy.stats.wilcoxon); NaN when every pair is tied (no evidence either way).
+
+    Args:
+        a: (n,) values (flattened).
+        b: (n,) values paired with a.
+
+    Returns:
+        p, or NaN.
+
+    Raises:
+        ValueError: the shapes differ.
+    """
     a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
     if a.shape != b.shape:
         raise ValueError(f"wilcoxon_p: shapes differ {a.shape} vs {b.shape}")

@@ -42,18 +42,22 @@ class JacobianOperator:
     per product); ``linearize=True`` instead traces the linearised map once, up front, with
     ``torch.func.linearize`` — a fixed cost that long runs amortise.
 
-    Args:
-        f: the probe map, (N, D) -> (M,); it must compose with torch.func.jvp, vjp and vmap.
-        F: the point (N, D); shapes and dtype come from F and f(F).
-        linearize: trace the linearised map once instead of calling jvp per block.
-
     Attributes:
+        f: the probe map.
+        F: the point (N, D), detached.
         y: f(F), detached.
         jvps: JVPs used so far (each column of a block counts once).
         vjps: VJPs used so far.
     """
 
     def __init__(self, f: Callable[[Tensor], Tensor], F: Tensor, linearize: bool = False):
+        """Trace f at F once: one pullback, and the JVP function (or the linearised map).
+
+        Args:
+            f: the probe map, (N, D) -> (M,); it must compose with torch.func.jvp, vjp and vmap.
+            F: the point (N, D); shapes and dtype come from F and f(F).
+            linearize: trace the linearised map once instead of calling jvp per block.
+        """
         self.f = f
         self.F = F.detach()
         with product_mode():
@@ -146,15 +150,36 @@ class JacobianOperator:
 
     # Flat views used by the estimators: columns of matrices in R^{N·D} and R^M.
     def mm(self, X: Tensor) -> Tensor:
-        """J X for the columns of X (N·D, k) -> (M, k): k JVPs."""
+        """J X for the columns of X: k JVPs.
+
+        Args:
+            X: (N·D, k), each column a flattened tangent vector.
+
+        Returns:
+            (M, k), J applied to each column.
+        """
         return self.matvec(X.T.reshape(X.shape[1], *self.F.shape)).T
 
     def rmm(self, Y: Tensor) -> Tensor:
-        """Jᵀ Y for the columns of Y (M, k) -> (N·D, k), a transposed view: k VJPs."""
+        """Jᵀ Y for the columns of Y, a transposed view: k VJPs.
+
+        Args:
+            Y: (M, k), each column a cotangent vector.
+
+        Returns:
+            (N·D, k), Jᵀ applied to each column, flattened.
+        """
         return self.rmatvec(Y.T).reshape(Y.shape[1], self.in_dim).T
 
     def gram_mm(self, X: Tensor) -> Tensor:
-        """g X = Jᵀ J X for the columns of X (N·D, k) -> (N·D, k): k JVPs + k VJPs."""
+        """g X = Jᵀ J X for the columns of X: k JVPs + k VJPs.
+
+        Args:
+            X: (N·D, k), each column a flattened tangent vector.
+
+        Returns:
+            (N·D, k), the pullback metric g applied to each column.
+        """
         return self.rmm(self.mm(X))
 
 

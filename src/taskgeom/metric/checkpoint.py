@@ -15,7 +15,15 @@ from taskgeom.artifacts import checkpoints
 def save_seeds(models: dict[int, nn.Module], architecture: dict, weights: Path, config_path: Path,
                provenance: dict) -> None:
     """One network per seed in one safetensors file, the architecture and seeds in the JSON;
-    both record ``provenance``."""
+    both record ``provenance``.
+
+    Args:
+        models: seed -> network; tensors are stored as ``seed<k>.<name>``.
+        architecture: the constructor's arguments and ``kind`` (importance_head or spn).
+        weights: the safetensors file to write.
+        config_path: the JSON config to write.
+        provenance: recorded in both files.
+    """
     state = {f"seed{seed}.{k}": v.detach().contiguous().cpu()
              for seed, model in models.items() for k, v in model.state_dict().items()}
     checkpoints.write(state, {"architecture": architecture, "seeds": list(models)}, weights, config_path, provenance)
@@ -23,7 +31,19 @@ def save_seeds(models: dict[int, nn.Module], architecture: dict, weights: Path, 
 
 def load(weights: str | Path, config_path: str | Path, seed: int | None = None) -> tuple[nn.Module, dict]:
     """Rebuild an importance head or SPN from its checkpoint (eval mode); for a per-seed
-    checkpoint, the network of ``seed`` (default: the first)."""
+    checkpoint, the network of ``seed`` (default: the first).
+
+    Args:
+        weights: the safetensors file.
+        config_path: the JSON config beside it.
+        seed: which network of a per-seed checkpoint; None for the first (or a single network).
+
+    Returns:
+        The network in eval mode and its ``architecture`` config.
+
+    Raises:
+        KeyError: ``seed`` is not held, or a seed was asked of a single-network checkpoint.
+    """
     from taskgeom.metric.head import ImportanceHead
     from taskgeom.metric.spn import SpectralPullbackNetwork
 
@@ -47,5 +67,12 @@ def load(weights: str | Path, config_path: str | Path, seed: int | None = None) 
 
 
 def seeds_of(config_path: str | Path) -> list[int]:
-    """The seeds a checkpoint holds ([] for a single-network one)."""
+    """The seeds a checkpoint holds ([] for a single-network one).
+
+    Args:
+        config_path: the checkpoint's JSON config.
+
+    Returns:
+        The seeds, in the order they were saved.
+    """
     return list(json.loads(Path(config_path).read_text()).get("seeds", []))

@@ -21,7 +21,13 @@ LOG_EVERY = 25
 @dataclass
 class Curve:
     """Training curve (step, mean loss over the last LOG_EVERY steps), and the seconds spent
-    waiting on the reader vs the whole loop."""
+    waiting on the reader vs the whole loop.
+
+    Attributes:
+        points: (step, mean loss) pairs, every LOG_EVERY steps and at the last.
+        wait_s: seconds spent waiting for batches from disk.
+        total_s: seconds of the whole loop.
+    """
 
     points: list[tuple[int, float]] = field(default_factory=list)
     wait_s: float = 0.0
@@ -29,6 +35,7 @@ class Curve:
 
     @property
     def wait_fraction(self) -> float:
+        """wait_s / total_s (0 before the loop has run)."""
         return self.wait_s / self.total_s if self.total_s else 0.0
 
 
@@ -37,7 +44,25 @@ def fit(model: nn.Module, target: TargetFile, keys: tuple[str, ...],
         steps: int, batch_size: int, lr: float, seed: int, device: str, limit: int | None = None,
         progress: Callable = lambda it, **kw: it, stage: str = "fit") -> Curve:
     """AdamW with warm-up and cosine decay on minibatches streamed from ``target``; a non-finite
-    loss or gradient stops it (``finite.check_step``, naming ``stage``)."""
+    loss or gradient stops it (``finite.check_step``, naming ``stage``).
+
+    Args:
+        model: trained in place (left in eval mode).
+        target: the targets file to stream.
+        keys: its datasets each batch holds.
+        loss_fn: (model, batch of float tensors by key) -> scalar loss.
+        steps: optimizer steps.
+        batch_size: rows per step.
+        lr: the peak learning rate.
+        seed: decides the batches (``batch_rows``).
+        device: where the batches go.
+        limit: draw only from the first ``limit`` rows.
+        progress: wraps the step range (e.g. a tqdm factory).
+        stage: named in the error of a non-finite step.
+
+    Returns:
+        The training Curve.
+    """
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     curve, window = Curve(), []
     model.train()
@@ -70,7 +95,18 @@ def fit(model: nn.Module, target: TargetFile, keys: tuple[str, ...],
 @torch.no_grad()
 def predict(model: nn.Module, target: TargetFile, fn: Callable[[nn.Module, Tensor], Tensor], device: str,
             batch_size: int = 32) -> np.ndarray:
-    """fn(model, features) over every row of ``target``, in order, stacked."""
+    """fn(model, features) over every row of ``target``, in order, stacked.
+
+    Args:
+        model: the network.
+        target: the targets file whose ``features`` (n, N, D) are read.
+        fn: (model, features (b, N, D) float32) -> (b, ...).
+        device: where the features go.
+        batch_size: rows per call.
+
+    Returns:
+        (n, ...) the outputs of every row.
+    """
     out = []
     for start in range(0, target.num_items, batch_size):
         F = torch.as_tensor(target.read(("features",), slice(start, start + batch_size))["features"]).float().to(device)

@@ -12,7 +12,20 @@ from torch import Tensor
 
 
 def position_table(pos: Tensor, prefix: int, base_grid: tuple[int, int], grid: tuple[int, int]) -> Tensor:
-    """pos (prefix + rows·cols, w) learned on ``base_grid`` -> (prefix + grid rows·cols, w)."""
+    """A learned position table carried to another grid: prefix slots kept, the patch part resampled.
+
+    Args:
+        pos: (prefix + rows·cols, w) position vectors learned on ``base_grid``.
+        prefix: the prefix slots (CLS, registers).
+        base_grid: (rows, cols) of the training grid.
+        grid: (rows, cols) wanted.
+
+    Returns:
+        (prefix + grid rows·cols, w); ``pos`` itself when the grids agree.
+
+    Raises:
+        ValueError: ``pos`` does not have prefix + rows·cols slots.
+    """
     if pos.shape[0] != prefix + base_grid[0] * base_grid[1]:
         raise ValueError(f"position table has {pos.shape[0]} slots; a {base_grid[0]}×{base_grid[1]} grid with "
                          f"{prefix} prefix token(s) needs {prefix + base_grid[0] * base_grid[1]}")

@@ -25,7 +25,13 @@ from torch import Tensor, nn
 
 @dataclass
 class PredictedMetric:
-    """U (B, N·D, r) orthonormal columns; lam (B, r) > 0; eps (B,) > 0."""
+    """The SPN's metric g(F) ≈ U diag(λ) Uᵀ + εI for each item of a batch.
+
+    Attributes:
+        U: (B, N·D, r) orthonormal columns, the modes.
+        lam: (B, r) > 0, the energies λ.
+        eps: (B,) > 0, the isotropic floor ε.
+    """
 
     U: Tensor
     lam: Tensor
@@ -38,6 +44,16 @@ class SpectralPullbackNetwork(nn.Module):
     replaces it, as in ``ImportanceHead``)."""
 
     def __init__(self, tokens: int, dim: int, rank: int, width: int = 64, depth: int = 2, heads: int = 4):
+        """An SPN with ``tokens`` learned position slots.
+
+        Args:
+            tokens: N, the token slots of the training grid.
+            dim: D, the feature dimension.
+            rank: r, the modes predicted.
+            width: w, the embedding width.
+            depth: transformer layers.
+            heads: attention heads per layer.
+        """
         super().__init__()
         self.tokens, self.dim, self.rank = tokens, dim, rank
         self.inp = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, width))
@@ -48,6 +64,16 @@ class SpectralPullbackNetwork(nn.Module):
         self.energy = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, rank + 1))
 
     def forward(self, F: Tensor, pos: Tensor | None = None) -> PredictedMetric:
+        """The predicted metric at F: modes from every token (orthonormalised by QR), energies from
+        their mean.
+
+        Args:
+            F: (B, N, D) features.
+            pos: (B, N, width) or (N, width) positions in place of the learned table; None for it.
+
+        Returns:
+            PredictedMetric with U (B, N·D, r), lam (B, r), eps (B,).
+        """
         b, n, d = F.shape
         h = self.encoder(self.inp(F) + (self.pos if pos is None else pos))                          # (B, N, w)
         raw = self.modes(h).reshape(b, n * d, self.rank)                  # (B, N·D, r)
@@ -57,13 +83,30 @@ class SpectralPullbackNetwork(nn.Module):
 
 
 def metric_vector_product(m: PredictedMetric, v: Tensor) -> Tensor:
-    """g(F) v = U (λ ⊙ Uᵀv) + ε v for v (B, N·D) -> (B, N·D), in O(N·D·r)."""
+    """g(F) v = U (λ ⊙ Uᵀv) + ε v, in O(N·D·r).
+
+    Args:
+        m: the predicted metric, U (B, N·D, r).
+        v: (B, N·D) vectors.
+
+    Returns:
+        (B, N·D).
+    """
     coeff = torch.einsum("bnr,bn->br", m.U, v) * m.lam
     return torch.einsum("bnr,br->bn", m.U, coeff) + m.eps[:, None] * v
 
 
 def captured_energy(U: Tensor, V: Tensor, sigma: Tensor) -> Tensor:
-    """Share of Σ σ_i² that span U holds: Σ σ_i² ‖Uᵀv_i‖² / Σ σ_i². U (B, n, r), V (B, n, k), sigma (B, k) -> (B,)."""
+    """Share of Σ σ_i² that span U holds: Σ σ_i² ‖Uᵀv_i‖² / Σ σ_i².
+
+    Args:
+        U: (B, n, r) orthonormal columns.
+        V: (B, n, k) target modes.
+        sigma: (B, k) target singular values.
+
+    Returns:
+        (B,) shares in [0, 1].
+    """
     w = sigma.pow(2)
     proj = torch.einsum("bnr,bnk->brk", U, V).pow(2).sum(dim=1)          # (B, k) = ‖Uᵀ v_i‖²
     return (w * proj).sum(dim=1) / w.sum(dim=1).clamp_min(1e-30)
@@ -71,10 +114,20 @@ def captured_energy(U: Tensor, V: Tensor, sigma: Tensor) -> Tensor:
 
 def spn_loss(m: PredictedMetric, V: Tensor, sigma: Tensor, frob2: Tensor, energy_weight: float = 0.1) -> Tensor:
     """Mode loss + ``energy_weight`` · (log-energy loss + log-ε loss), averaged over the batch.
-    V (B, N·D, k) target modes, sigma (B, k), frob2 (B,) an estimate of ‖J‖_F².
 
     The mode loss averages the σ²-weighted miss (what the metric needs most) and the unweighted
-    one, 1 − V1 (so the trailing modes of the target subspace are learned too)."""
+    one, 1 − V1 (so the trailing modes of the target subspace are learned too).
+
+    Args:
+        m: the predicted metric.
+        V: (B, N·D, k) target modes.
+        sigma: (B, k) target singular values.
+        frob2: (B,) an estimate of ‖J‖_F².
+        energy_weight: the weight of the energy terms.
+
+    Returns:
+        A scalar.
+    """
     mode_loss = 1.0 - 0.5 * captured_energy(m.U, V, sigma) - 0.5 * subspace_alignment_batch(m.U, V)
     with torch.no_grad():
         rayleigh = torch.einsum("bnr,bnk->brk", m.U, V).pow(2) @ sigma.pow(2).unsqueeze(-1)   # (B, r, 1)
@@ -86,5 +139,13 @@ def spn_loss(m: PredictedMetric, V: Tensor, sigma: Tensor, frob2: Tensor, energy
 
 
 def subspace_alignment_batch(U: Tensor, V: Tensor) -> Tensor:
-    """‖UᵀV‖_F² / r per item (docs/design.md, "Definitions"): U, V (B, n, r) orthonormal -> (B,)."""
+    """‖UᵀV‖_F² / r per item (docs/design.md, "Definitions").
+
+    Args:
+        U: (B, n, r') orthonormal columns.
+        V: (B, n, r) orthonormal columns; r divides the sum.
+
+    Returns:
+        (B,) alignments, 1 when span V ⊆ span U.
+    """
     return torch.einsum("bnr,bnk->brk", U, V).pow(2).sum(dim=(1, 2)) / V.shape[-1]

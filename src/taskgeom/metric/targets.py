@@ -52,20 +52,53 @@ SPLIT_SEED_OFFSET = {"train": 0, "val": 1_000_000, "test": 2_000_000}
 
 
 def spectral_rows(sigma: Tensor, V: Tensor, N: int, D: int) -> dict[str, np.ndarray]:
-    """Top-r σ (r,), modes V (N·D, r) -> the cached sigma, modes (N, D, r) and e_t (N,)."""
+    """The cached spectral datasets of one image from its top-r triplets.
+
+    Args:
+        sigma: (r,) top singular values.
+        V: (N·D, r) their right singular vectors.
+        N: tokens.
+        D: feature dimension.
+
+    Returns:
+        float32 arrays: sigma (r,), modes (N, D, r) and importance e_t (N,).
+    """
     return {"sigma": sigma.float().numpy(), "modes": V.reshape(N, D, -1).float().numpy(),
             "importance": token_energy(sigma, V, N, D).float().numpy()}
 
 
 def block_norms(op: JacobianOperator, probes: int, seed: int) -> Tensor:
-    """‖J_t‖_F² for every token t (N,), by Hutchinson with ``probes`` Rademacher VJPs."""
+    """‖J_t‖_F² for every token t, by Hutchinson with ``probes`` Rademacher VJPs.
+
+    Args:
+        op: the Jacobian operator of the probe at F (N, D).
+        probes: Rademacher starts (VJPs).
+        seed: seeds the starts.
+
+    Returns:
+        (N,) block-norm estimates.
+    """
     U = rademacher(op.out_dim, probes, seed, dtype=op.dtype, device=op.device).T   # (k, M)
     return op.rmatvec(U).pow(2).sum(dim=-1).mean(dim=0)
 
 
 def image_targets(probe: Probe, r: int, qs: tuple[int, ...], oversample: int, block_norm_probes: int, seed: int,
                   exact: bool) -> dict[str, np.ndarray]:
-    """Every cached dataset for one image (see the module docstring)."""
+    """Every cached dataset for one image (see the module docstring).
+
+    Args:
+        probe: the image's probe (F (N, D) and f).
+        r: the rank of the spectral targets.
+        qs: power-iteration counts whose targets are kept (one run).
+        oversample: the sketch's oversampling.
+        block_norm_probes: VJPs of the block-norm estimate.
+        seed: seeds the sketch; the block norms use seed + 1.
+        exact: add the ``exact/…`` rows from the dense Jacobian.
+
+    Returns:
+        dataset name -> array (features (N, D) float32, ``q{q}/…``, block_norm, frob2, products and,
+        with ``exact``, ``exact/…``).
+    """
     N, D = probe.F.shape
     op = JacobianOperator(probe.f, probe.F)
     rows: dict[str, np.ndarray] = {"features": probe.F.float().numpy()}
@@ -85,7 +118,17 @@ def image_targets(probe: Probe, r: int, qs: tuple[int, ...], oversample: int, bl
 
 @dataclass
 class TargetFile:
-    """A finished target file: its path, its attributes, and what it holds."""
+    """A finished target file: its path, its attributes, and what it holds.
+
+    Attributes:
+        path: the HDF5 file.
+        num_items: rows (images).
+        r: the rank of the spectral targets.
+        qs: the power-iteration counts held.
+        exact: whether ``exact/…`` rows are held.
+        tokens: N.
+        dim: D.
+    """
 
     path: Path
     num_items: int
@@ -97,7 +140,17 @@ class TargetFile:
 
     @classmethod
     def open(cls, path: str | Path) -> TargetFile:
-        """Check that ``path`` is a complete targets file (StoreError naming it otherwise)."""
+        """Check that ``path`` is a complete targets file (StoreError naming it otherwise).
+
+        Args:
+            path: the HDF5 file.
+
+        Returns:
+            Its TargetFile.
+
+        Raises:
+            StoreError: the file is not a complete targets file, or lacks an attribute.
+        """
         path = Path(path)
         with open_store(path, KIND) as f:
             try:
@@ -108,11 +161,26 @@ class TargetFile:
                 raise StoreError(f"{path}: targets file lacks {exc}") from None
 
     def sources(self) -> list[str]:
-        """Supervision sources it holds: 'exact' and 'q<q>'."""
+        """Supervision sources it holds: 'exact' and 'q<q>'.
+
+        Returns:
+            Their names, 'exact' first when held.
+        """
         return (["exact"] if self.exact else []) + [f"q{q}" for q in self.qs]
 
     def read(self, keys: tuple[str, ...], index: np.ndarray | slice = slice(None)) -> dict[str, np.ndarray]:
-        """Rows ``index`` (sorted) of datasets ``keys``; a non-finite value is refused, naming its row."""
+        """Rows ``index`` (sorted) of datasets ``keys``; a non-finite value is refused, naming its row.
+
+        Args:
+            keys: dataset names, e.g. ("features", "q2/importance").
+            index: sorted row indices or a slice.
+
+        Returns:
+            dataset name -> its rows, first axis the rows.
+
+        Raises:
+            NonFiniteError: a value is NaN or infinite.
+        """
         with open_store(self.path, KIND) as f:
             out = {k: f[k][index] for k in keys}
         rows = np.arange(self.num_items)[index]
@@ -122,7 +190,18 @@ class TargetFile:
 
 
 def batch_rows(target: TargetFile, batch_size: int, seed: int, step: int, limit: int | None = None) -> np.ndarray:
-    """The sorted rows of ``stream_batches``' batch of ``step``: a function of (seed, step) only."""
+    """The sorted rows of ``stream_batches``' batch of ``step``: a function of (seed, step) only.
+
+    Args:
+        target: the targets file.
+        batch_size: rows per batch (at most the rows available).
+        seed: the run's seed.
+        step: the step.
+        limit: draw only from the first ``limit`` rows.
+
+    Returns:
+        (min(batch_size, n),) distinct row indices, ascending.
+    """
     n = min(limit or target.num_items, target.num_items)
     rng = np.random.default_rng([seed, step])
     return np.sort(rng.choice(n, size=min(batch_size, n), replace=False))
@@ -132,7 +211,20 @@ def stream_batches(target: TargetFile, keys: tuple[str, ...], batch_size: int, s
                    limit: int | None = None, prefetch: int = 4) -> Iterator[dict[str, np.ndarray]]:
     """``steps`` random minibatches of rows among the first ``limit``, read from disk by a
     background thread ``prefetch`` batches ahead; only those rows are ever in memory. The batch of
-    step s depends on (seed, s) only."""
+    step s depends on (seed, s) only.
+
+    Args:
+        target: the targets file.
+        keys: the datasets each batch holds.
+        batch_size: rows per batch.
+        steps: batches.
+        seed: the run's seed.
+        limit: draw only from the first ``limit`` rows.
+        prefetch: batches read ahead.
+
+    Yields:
+        dataset name -> (batch, ...) array; an error of the reader is raised here.
+    """
     out: queue.Queue = queue.Queue(maxsize=prefetch)
     stop = threading.Event()
 

@@ -18,33 +18,89 @@ from torch import Tensor, nn
 
 @runtime_checkable
 class ProbeHost(Protocol):
+    """A backbone cut at its block boundaries, with named task decoders (see the module docstring).
+
+    Attributes:
+        num_blocks: the transformer blocks.
+        decoders: the decoders' names.
+    """
     num_blocks: int
     decoders: tuple[str, ...]
 
     def decoder_layers(self, decoder: str) -> tuple[int, ...]:
-        """Indices of the block outputs the decoder reads (the last block when it reads the final state)."""
+        """Indices of the block outputs the decoder reads (the last block when it reads the final state).
+
+        Args:
+            decoder: one of ``decoders``.
+
+        Returns:
+            Block indices, ascending.
+        """
         ...
 
     def embed(self, images: Tensor) -> tuple[Tensor, Any]:
-        """images (B, 3, H, W) (or (B, V, 3, H, W) for multi-view hosts) -> tokens (B, T, D) entering block 0, ctx."""
+        """The tokens entering block 0, and the context the blocks and decoders need (e.g. the Grid).
+
+        Args:
+            images: (B, 3, H, W), or (B, V, 3, H, W) for multi-view hosts.
+
+        Returns:
+            tokens (B, T, D) and ctx.
+        """
         ...
 
     def block(self, i: int, h: Tensor, ctx: Any) -> Tensor:
-        """(B, T, D) -> (B, T, D): block i."""
+        """Block i.
+
+        Args:
+            i: the block's index.
+            h: (B, T, D) the state entering it.
+            ctx: ``embed``'s context.
+
+        Returns:
+            (B, T, D), state i.
+        """
         ...
 
     def decode(self, decoder: str, states: Mapping[int, Tensor], ctx: Any) -> Tensor:
-        """Block outputs {i: (B, T, D)} for i in decoder_layers(decoder) -> decoder output (B, ...)."""
+        """A decoder on the block outputs it reads.
+
+        Args:
+            decoder: one of ``decoders``.
+            states: {i: (B, T, D)} for i in decoder_layers(decoder).
+            ctx: ``embed``'s context.
+
+        Returns:
+            The decoder output (B, ...).
+        """
         ...
 
 
 def check_decoder(host: ProbeHost, decoder: str) -> None:
+    """Refuse a decoder the host does not have.
+
+    Args:
+        host: the model.
+        decoder: the decoder's name.
+
+    Raises:
+        ValueError: naming the host's decoders.
+    """
     if decoder not in host.decoders:
         raise ValueError(f"{type(host).__name__} has no decoder {decoder!r}; it has {list(host.decoders)}")
 
 
 def forward_states(host: ProbeHost, images: Tensor, upto: int) -> tuple[list[Tensor], Any]:
-    """Run blocks 0..upto; returns [state_0, …, state_upto] and the embedding ctx."""
+    """Run blocks 0..upto.
+
+    Args:
+        host: the model.
+        images: (B, 3, H, W), or (B, V, 3, H, W) for multi-view hosts.
+        upto: the last block to run.
+
+    Returns:
+        [state_0, …, state_upto], each (B, T, D), and the embedding ctx.
+    """
     h, ctx = host.embed(images)
     states = []
     for i in range(upto + 1):
@@ -54,7 +110,16 @@ def forward_states(host: ProbeHost, images: Tensor, upto: int) -> tuple[list[Ten
 
 
 def run_decoder(host: ProbeHost, decoder: str, images: Tensor) -> Tensor:
-    """The unprobed forward pass: images -> decoder output (B, ...)."""
+    """The unprobed forward pass: images -> decoder output.
+
+    Args:
+        host: the model.
+        decoder: one of its decoders.
+        images: (B, 3, H, W), or (B, V, 3, H, W) for multi-view hosts.
+
+    Returns:
+        (B, ...), the decoder output.
+    """
     check_decoder(host, decoder)
     layers = host.decoder_layers(decoder)
     states, ctx = forward_states(host, images, max(layers))
@@ -66,6 +131,12 @@ def use_math_attention(module: nn.Module) -> nn.Module:
 
     torch.func.jvp has no rule for the fused scaled-dot-product kernels on CPU,
     so probe maps must never reach them.
+
+    Args:
+        module: changed in place (every submodule with ``fused_attn``).
+
+    Returns:
+        ``module``.
     """
     for m in module.modules():
         if hasattr(m, "fused_attn"):
@@ -74,6 +145,14 @@ def use_math_attention(module: nn.Module) -> nn.Module:
 
 
 def freeze(module: nn.Module) -> nn.Module:
+    """Eval mode and no parameter gradients, in place.
+
+    Args:
+        module: the module.
+
+    Returns:
+        ``module``.
+    """
     module.eval()
     for p in module.parameters():
         p.requires_grad_(False)
@@ -81,4 +160,12 @@ def freeze(module: nn.Module) -> nn.Module:
 
 
 def param_count(module: nn.Module) -> int:
+    """The number of parameter entries.
+
+    Args:
+        module: the module.
+
+    Returns:
+        Σ numel over its parameters.
+    """
     return sum(p.numel() for p in module.parameters())

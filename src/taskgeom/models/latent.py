@@ -24,7 +24,15 @@ from taskgeom.models.vit import Grid
 
 @dataclass(frozen=True)
 class TokenLayout:
-    """How the decoder-input tokens X (B, T, D) are laid out: T = layers · views · (prefix + rows·cols)."""
+    """How the decoder-input tokens X (B, T, D) are laid out: T = layers · views · (prefix + rows·cols).
+
+    Attributes:
+        layers: L, the read layers, laid end to end.
+        views: V per layer.
+        prefix: tokens before each view's patches.
+        rows: patch rows.
+        cols: patch columns.
+    """
 
     layers: int
     views: int
@@ -34,11 +42,20 @@ class TokenLayout:
 
     @property
     def tokens(self) -> int:
+        """T = layers · views · (prefix + rows·cols)."""
         return self.layers * self.views * (self.prefix + self.rows * self.cols)
 
 
 def token_layout(ctx, layers: int) -> TokenLayout:
-    """The layout of a host's embedding ctx (zoo hosts carry a ``Grid``; VGGT a patch offset)."""
+    """The layout of a host's embedding ctx (zoo hosts carry a ``Grid``; VGGT a patch offset).
+
+    Args:
+        ctx: the context ``embed`` returned.
+        layers: the read layers' count L.
+
+    Returns:
+        The TokenLayout.
+    """
     views = getattr(ctx, "views", 1)
     grid = ctx if isinstance(ctx, Grid) else getattr(ctx, "grid", None)
     if grid is not None:
@@ -61,6 +78,15 @@ class FeatureVAE(nn.Module):
     """
 
     def __init__(self, layout: TokenLayout, dim: int, token_dim: int, width: int = 64, stride: int = 2):
+        """Encoder and decoder convolutions, and identity statistics until ``mean``, ``std`` are set.
+
+        Args:
+            layout: the token layout of X.
+            dim: D.
+            token_dim: d, each register's width.
+            width: the convolutions' width.
+            stride: s, the encoder's stride.
+        """
         super().__init__()
         self.layout, self.dim, self.token_dim, self.stride = layout, dim, token_dim, stride
         self.latent_rows, self.latent_cols = -(-layout.rows // stride), -(-layout.cols // stride)
@@ -80,6 +106,14 @@ class FeatureVAE(nn.Module):
             nn.Conv2d(width, channels, 1))
 
     def standardize(self, X: Tensor) -> Tensor:
+        """Per token and channel, (X − mean) / std.
+
+        Args:
+            X: (B, T, D).
+
+        Returns:
+            (B, T, D) standardised.
+        """
         return (X - self.mean) / self.std
 
     def _split(self, X: Tensor) -> tuple[Tensor, Tensor]:
@@ -90,7 +124,14 @@ class FeatureVAE(nn.Module):
         return X[:, :, :, :lay.prefix], patches.reshape(b * lay.views, lay.layers * self.dim, lay.rows, lay.cols)
 
     def encode(self, X: Tensor) -> tuple[Tensor, Tensor]:
-        """X (B, T, D) -> posterior mean and log-variance (B, K, d)."""
+        """The posterior of the registers.
+
+        Args:
+            X: (B, T, D) features.
+
+        Returns:
+            mean and log-variance (clamped to [−12, 8]), each (B, K, d).
+        """
         _, maps = self._split(self.standardize(X))
         h = self.encoder(maps)                                              # (B·V, 2d, r', c')
         h = h.flatten(2).transpose(1, 2).reshape(X.shape[0], self.registers, 2 * self.token_dim)
@@ -98,7 +139,14 @@ class FeatureVAE(nn.Module):
         return mu, logvar.clamp(-12.0, 8.0)
 
     def decode(self, z: Tensor) -> Tensor:
-        """z (B, K, d) -> reconstructed features (B, T, D), in the features' own units."""
+        """Features from registers, in the features' own units (prefix tokens at their training mean).
+
+        Args:
+            z: (B, K, d).
+
+        Returns:
+            (B, T, D).
+        """
         lay, b = self.layout, z.shape[0]
         grid = z.reshape(b * lay.views, self.latent_rows * self.latent_cols, self.token_dim).transpose(1, 2)
         h = self.from_latent(grid.reshape(b * lay.views, self.token_dim, self.latent_rows, self.latent_cols))
@@ -111,7 +159,16 @@ class FeatureVAE(nn.Module):
 
 
 def decoder_features(base: nn.Module, reads: tuple[int, ...], images: Tensor) -> tuple[Tensor, object]:
-    """images -> (the states of layers ``reads`` laid end to end (B, T, D), the embedding ctx)."""
+    """The states of the read layers, laid end to end.
+
+    Args:
+        base: the host.
+        reads: the layers its decoder reads.
+        images: (B, 3, H, W), or (B, V, 3, H, W) for a multi-view host.
+
+    Returns:
+        X (B, T, D) and the embedding ctx.
+    """
     states, ctx = forward_states(base, images, max(reads))
     return torch.cat([states[i] for i in reads], dim=1), ctx
 
@@ -123,23 +180,66 @@ class LatentHost(nn.Module):
     ``decode_features(X, ctx)`` and ``decode_latent(z, ctx)`` -> decoder output (B, M)."""
 
     def __init__(self, base: nn.Module, decoder: str, vae: FeatureVAE):
+        """Insert ``vae`` before ``decoder`` of ``base``.
+
+        Args:
+            base: the frozen host.
+            decoder: the decoder the VAE serves.
+            vae: the VAE over that decoder's read layers.
+        """
         super().__init__()
         self.base, self.vae, self.decoder = base, vae, decoder
         self.decoders = (decoder,)
         self.reads = tuple(base.decoder_layers(decoder))
 
     def features(self, images: Tensor) -> tuple[Tensor, object]:
+        """The read layers' states laid end to end (``decoder_features``).
+
+        Args:
+            images: (B, 3, H, W), or (B, V, 3, H, W).
+
+        Returns:
+            X (B, T, D) and ctx.
+        """
         return decoder_features(self.base, self.reads, images)
 
     def decode_features(self, X: Tensor, ctx) -> Tensor:
+        """The base's decoder on features X, split back into its read layers.
+
+        Args:
+            X: (B, T, D).
+            ctx: the embedding ctx.
+
+        Returns:
+            (B, M), flattened.
+        """
         parts = X.split(X.shape[1] // len(self.reads), dim=1)
         return self.base.decode(self.decoder, dict(zip(self.reads, parts)), ctx).flatten(1)
 
     def decode_latent(self, z: Tensor, ctx) -> Tensor:
+        """The decoder output through the VAE's decoder.
+
+        Args:
+            z: (B, K, d) registers.
+            ctx: the embedding ctx.
+
+        Returns:
+            (B, M).
+        """
         return self.decode_features(self.vae.decode(z), ctx)
 
 
 def build_latent_host(base: nn.Module, decoder: str, config: Mapping) -> LatentHost:
+    """A LatentHost with a fresh VAE from its config.
+
+    Args:
+        base: the frozen host.
+        decoder: the decoder the VAE serves.
+        config: layout (TokenLayout's fields), dim, token_dim, width and stride.
+
+    Returns:
+        The LatentHost.
+    """
     vae = FeatureVAE(TokenLayout(**config["layout"]), config["dim"], config["token_dim"], config["width"],
                      config["stride"])
     return LatentHost(base, decoder, vae)

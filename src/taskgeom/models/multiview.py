@@ -25,12 +25,20 @@ POSE_DIM = 9
 
 @dataclass(frozen=True)
 class MultiViewCtx:
+    """What ``TinyMultiView.embed`` passes to the blocks and decoders.
+
+    Attributes:
+        views: V.
+        grid: the token layout of one view (prefix 1: the camera token).
+        size: (H, W) of the images.
+    """
     views: int
     grid: Grid
     size: tuple[int, int]
 
     @property
     def tokens_per_view(self) -> int:
+        """T, the camera token and the patches of one view."""
         return self.grid.prefix + self.grid.rows * self.grid.cols
 
 
@@ -44,6 +52,21 @@ class TinyMultiView(nn.Module):
 
     def __init__(self, embed_dim: int, depth: int, num_heads: int, patch_size: int, img_size: int,
                  read_layers: Sequence[int], head_features: int):
+        """A tiny multi-view ViT (conv-stem patches, learned positions shared by the views, two camera
+        tokens) with a camera head and DPT depth and point-map heads.
+
+        Args:
+            embed_dim: D.
+            depth: blocks (even: frame attention, odd: global).
+            num_heads: attention heads.
+            patch_size: the patch side in pixels.
+            img_size: the training image side (other sides resample the position embedding).
+            read_layers: the four blocks the DPT heads read.
+            head_features: the DPT heads' width.
+
+        Raises:
+            ValueError: not four read layers below ``depth``.
+        """
         super().__init__()
         if len(read_layers) != 4 or max(read_layers) >= depth:
             raise ValueError(f"read_layers must be 4 block indices below depth={depth}, got {list(read_layers)}")
@@ -61,14 +84,36 @@ class TinyMultiView(nn.Module):
         self.num_blocks = depth
 
     def is_global(self, i: int) -> bool:
-        """Odd blocks attend across views, even blocks within a view."""
+        """Odd blocks attend across views, even blocks within a view.
+
+        Args:
+            i: the block's index.
+
+        Returns:
+            Whether block i is global.
+        """
         return i % 2 == 1
 
     def decoder_layers(self, decoder: str) -> tuple[int, ...]:
+        """The last block for ``camera``, the read layers for ``depth`` and ``pointmap``.
+
+        Args:
+            decoder: camera, depth or pointmap.
+
+        Returns:
+            Block indices.
+        """
         return (self.num_blocks - 1,) if decoder == "camera" else self.read_layers
 
     def embed(self, images: Tensor) -> tuple[Tensor, MultiViewCtx]:
-        """images (B, V, 3, H, W) -> (B, V·(1 + rows·cols), D)."""
+        """The views' tokens entering block 0, laid end to end, each view's camera token first.
+
+        Args:
+            images: (B, V, 3, H, W).
+
+        Returns:
+            tokens (B, V·(1 + rows·cols), D) and the MultiViewCtx.
+        """
         b, v = images.shape[:2]
         x = self.patch_embed(images.flatten(0, 1))  # (B·V, rows, cols, D)
         rows, cols, d = x.shape[1:]
@@ -84,6 +129,16 @@ class TinyMultiView(nn.Module):
         return x.reshape(b, v * x.shape[1], d), ctx
 
     def block(self, i: int, h: Tensor, ctx: MultiViewCtx) -> Tensor:
+        """Block i: within each view (even i) or across all views (odd i).
+
+        Args:
+            i: the block's index.
+            h: (B, V·T, D).
+            ctx: ``embed``'s context.
+
+        Returns:
+            (B, V·T, D).
+        """
         if self.is_global(i):
             return self.blocks[i](h)
         b, _, d = h.shape
@@ -91,10 +146,28 @@ class TinyMultiView(nn.Module):
         return self.blocks[i](frames).reshape(b, -1, d)
 
     def per_view(self, h: Tensor, ctx: MultiViewCtx) -> Tensor:
-        """(B, V·T, D) -> (B·V, T, D)."""
+        """The states split into views.
+
+        Args:
+            h: (B, V·T, D).
+            ctx: ``embed``'s context.
+
+        Returns:
+            (B·V, T, D).
+        """
         return h.reshape(h.shape[0] * ctx.views, ctx.tokens_per_view, h.shape[-1])
 
     def decode(self, decoder: str, states: Mapping[int, Tensor], ctx: MultiViewCtx) -> Tensor:
+        """One decoder on the block outputs it reads.
+
+        Args:
+            decoder: camera (from each view's normalised camera token), depth or pointmap (DPT heads).
+            states: {i: (B, V·T, D)} for i in decoder_layers(decoder).
+            ctx: ``embed``'s context.
+
+        Returns:
+            camera (B, V·9), depth (B, V·H·W) or pointmap (B, V·3·H·W), flattened per item.
+        """
         if decoder == "camera":
             h = self.norm(self.per_view(states[self.num_blocks - 1], ctx))
             b = h.shape[0] // ctx.views
@@ -105,7 +178,14 @@ class TinyMultiView(nn.Module):
         return out.reshape(out.shape[0] // ctx.views, -1)
 
     def forward(self, images: Tensor) -> dict[str, Tensor]:
-        """(B, V, 3, H, W) -> camera (B, V, 9), depth (B, V, H, W), pointmap (B, V, 3, H, W)."""
+        """Every decoder from one pass.
+
+        Args:
+            images: (B, V, 3, H, W).
+
+        Returns:
+            camera (B, V, 9), depth (B, V, H, W), pointmap (B, V, 3, H, W).
+        """
         b, v, _, hgt, wid = images.shape
         h, ctx = self.embed(images)
         states = {}

@@ -43,7 +43,17 @@ IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 @dataclass(frozen=True)
 class Preprocess:
-    """One host's resize / crop / normalisation (see the module docstring for the modes)."""
+    """One host's resize / crop / normalisation (see the module docstring for the modes).
+
+    Attributes:
+        mode: timm, lower_bound or world.
+        size: S, the input side.
+        mean: per-channel mean subtracted (after scaling to [0, 1]).
+        std: per-channel std divided by.
+        interpolation: the image resize's (torchvision's names); depth is always nearest.
+        crop_pct: timm's crop fraction (timm mode).
+        multiple: sides are rounded to multiples of it (lower_bound mode).
+    """
 
     mode: str
     size: int
@@ -54,7 +64,15 @@ class Preprocess:
     multiple: int = 1
 
     def resized_shape(self, height: int, width: int) -> tuple[int, int]:
-        """(h, w) after the resize step, before the centre crop."""
+        """(h, w) after the resize step, before the centre crop.
+
+        Args:
+            height: the image's height.
+            width: its width.
+
+        Returns:
+            (h, w); (S, S) in world mode.
+        """
         if self.mode == "timm":
             short = math.floor(self.size / self.crop_pct)
             long = int(short * max(height, width) / min(height, width))  # torchvision's Resize(int)
@@ -69,7 +87,14 @@ class Preprocess:
         return rounded if rounded >= self.size else math.ceil(value / self.multiple) * self.multiple
 
     def image(self, rgb: np.ndarray) -> Tensor:
-        """(H, W, 3) uint8 -> (3, S, S) float32 input."""
+        """An image as the host's input.
+
+        Args:
+            rgb: (H, W, 3) uint8.
+
+        Returns:
+            (3, S, S) float32, normalised.
+        """
         if self.mode == "world":
             return self._world(rgb)
         resize = (math.floor(self.size / self.crop_pct) if self.mode == "timm"  # shorter side, as timm's Resize
@@ -87,7 +112,14 @@ class Preprocess:
         return x
 
     def depth(self, depth: np.ndarray) -> Tensor:
-        """(H, W) float metres -> (S, S): the image's geometry, nearest neighbour."""
+        """(H, W) float metres -> (S, S): the image's geometry, nearest neighbour.
+
+        Args:
+            depth: (H, W) metres.
+
+        Returns:
+            (S, S) float32 metres.
+        """
         height, width = depth.shape
         if self.mode == "world":
             top, left, side = center_square(height, width)
@@ -101,16 +133,39 @@ class Preprocess:
         return torch.from_numpy(np.ascontiguousarray(depth[rows[:, None], cols[None, :]], dtype=np.float32))
 
     def describe(self) -> dict:
+        """The fields, for provenance.
+
+        Returns:
+            field name -> value.
+        """
         return asdict(self)
 
 
 def world(size: int) -> Preprocess:
-    """The zoo's preprocessing at input side ``size``."""
+    """The zoo's preprocessing at input side ``size``.
+
+    Args:
+        size: S.
+
+    Returns:
+        The world-mode Preprocess.
+    """
     return Preprocess("world", size, (WORLD_MEAN,) * 3, (WORLD_STD,) * 3, interpolation="bilinear")
 
 
 def timm_preprocess(model: torch.nn.Module, size: int) -> Preprocess:
-    """timm's data config of ``model`` (its pretrained tag's mean, std, crop, interpolation) at ``size``."""
+    """timm's data config of ``model`` (its pretrained tag's mean, std, crop, interpolation) at ``size``.
+
+    Args:
+        model: the timm model.
+        size: S.
+
+    Returns:
+        The timm-mode Preprocess.
+
+    Raises:
+        ValueError: a crop mode other than center.
+    """
     from timm.data import resolve_data_config
 
     cfg = resolve_data_config({"input_size": (3, size, size)}, model=model)
@@ -121,18 +176,41 @@ def timm_preprocess(model: torch.nn.Module, size: int) -> Preprocess:
 
 
 def depth_anything(size: int) -> Preprocess:
-    """Depth-Anything-V2's: lower-bound resize to ``size`` in multiples of 14, bicubic, ImageNet mean / std."""
+    """Depth-Anything-V2's: lower-bound resize to ``size`` in multiples of 14, bicubic, ImageNet mean / std.
+
+    Args:
+        size: S.
+
+    Returns:
+        The lower_bound-mode Preprocess.
+    """
     return Preprocess("lower_bound", size, IMAGENET_MEAN, IMAGENET_STD, "bicubic", multiple=14)
 
 
 def vggt(size: int) -> Preprocess:
-    """VGGT's: as Depth-Anything's geometry, values in [0, 1] (the aggregator normalises)."""
+    """VGGT's: as Depth-Anything's geometry, values in [0, 1] (the aggregator normalises).
+
+    Args:
+        size: S.
+
+    Returns:
+        The lower_bound-mode Preprocess with mean 0, std 1.
+    """
     return Preprocess("lower_bound", size, (0.0,) * 3, (1.0,) * 3, "bicubic", multiple=14)
 
 
 def for_host(host: torch.nn.Module, entry: dict, size: int | None = None) -> Preprocess:
     """The preprocessing of a zoo entry's host (a tiny zoo model's or a paper model's adapter's),
-    at its ``img_size`` or at ``size`` (a resolution sweep)."""
+    at its ``img_size`` or at ``size`` (a resolution sweep).
+
+    Args:
+        host: the model (a latent host's ``base`` is used for a latent entry).
+        entry: its architecture entry (``zoo.entry``).
+        size: S; None for the entry's ``img_size``.
+
+    Returns:
+        The Preprocess.
+    """
     if entry.get("kind") == "latent":  # a VAE before one decoder of a zoo model: the base's input
         return for_host(getattr(host, "base", host), entry["base"], size)
     size = int(size or entry["img_size"])
@@ -145,7 +223,14 @@ def for_host(host: torch.nn.Module, entry: dict, size: int | None = None) -> Pre
 
 
 def is_multiview(host: torch.nn.Module) -> bool:
-    """Whether the host (or a VAE's base) reads view groups."""
+    """Whether the host (or a VAE's base) reads view groups.
+
+    Args:
+        host: the model.
+
+    Returns:
+        True when it has a ``camera`` decoder.
+    """
     return "camera" in getattr(host, "base", host).decoders
 
 
@@ -153,7 +238,22 @@ def open_for_host(index: str | Path, sources: dict, host: torch.nn.Module, entry
                   size: int | None = None) -> tuple[Source, Preprocess]:
     """The indexed source (a world source at its ``size`` render) and the host's preprocessing;
     refused, naming ``what``, when the source's items are not what the host reads (single
-    images or view groups)."""
+    images or view groups).
+
+    Args:
+        index: the source's index file.
+        sources: the params' ``sources`` table.
+        host: the model.
+        entry: its architecture entry.
+        what: names the source in errors.
+        size: S; None for the entry's ``img_size``.
+
+    Returns:
+        The Source and the Preprocess.
+
+    Raises:
+        SourceError: single images for a multi-view host, or view groups for another.
+    """
     source = open_indexed(index, sources, size)
     groups = source[0].image.ndim == 4 if len(source) else False
     if groups != is_multiview(host):
@@ -163,5 +263,14 @@ def open_for_host(index: str | Path, sources: dict, host: torch.nn.Module, entry
 
 
 def seen(source: Source, prep: Preprocess, digest: InputDigest) -> dict:
-    """What a stage read, for its provenance: the source, the preprocessing, the inputs' digest."""
+    """What a stage read, for its provenance: the source, the preprocessing, the inputs' digest.
+
+    Args:
+        source: the source read.
+        prep: the preprocessing applied.
+        digest: the digest of every input.
+
+    Returns:
+        source, preprocess and input_sha256.
+    """
     return {"source": source.describe(), "preprocess": prep.describe(), "input_sha256": digest.hexdigest()}

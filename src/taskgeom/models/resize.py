@@ -42,7 +42,16 @@ def _weights(n_in: int, n_out: int, align_corners: bool, dtype: torch.dtype, dev
 
 
 def resize_bilinear(x: Tensor, size: tuple[int, int], align_corners: bool) -> Tensor:
-    """x (..., H, W) -> (..., h, w), bilinear, as ``F.interpolate`` with that ``align_corners``."""
+    """Bilinear resize, as ``F.interpolate`` with that ``align_corners``.
+
+    Args:
+        x: (..., H, W) maps; a channels-last (B, C, H, W) map is resized in its layout.
+        size: (h, w).
+        align_corners: PyTorch's source-index rule.
+
+    Returns:
+        (..., h, w); ``x`` itself when the size is its own.
+    """
     (H, W), (h, w) = x.shape[-2:], tuple(size)
     if (H, W) == (h, w):
         return x

@@ -28,7 +28,8 @@ WARMUP = 0.05
 
 @dataclass
 class Task:
-    """How one kind of zoo model is fed, trained and scored."""
+    """How one kind of zoo model is fed, trained and scored: ``loss`` (model, batch of tensors) ->
+    scalar, ``evaluate`` (model, test arrays, train arrays, max_depth) -> metrics beside baselines."""
 
     views: bool                                              # reads view groups (a multi-view split)
     keys: tuple[str, ...]                                    # arrays read from the split
@@ -38,12 +39,29 @@ class Task:
 
 
 def batches(data: dict[str, np.ndarray], device: str, size: int = EVAL_BATCH):
+    """Consecutive batches of a split's arrays, as tensors on ``device``.
+
+    Args:
+        data: name -> (n, ...) array.
+        device: where the tensors go.
+        size: items per batch.
+
+    Yields:
+        name -> (≤ size, ...) tensor.
+    """
     n = len(next(iter(data.values())))
     for start in range(0, n, size):
         yield {k: torch.as_tensor(v[start:start + size]).to(device) for k, v in data.items()}
 
 
 def log_depth_l1(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
+    """Mean |log pred − log target| over the masked pixels, a scalar.
+
+    Args:
+        pred: (B, ...) predicted depth (clamped at 1e-6).
+        target: (B, ...) positive depth.
+        mask: (B, ...) the valid pixels (bool or 0 / 1).
+    """
     diff = (torch.log(pred.clamp_min(1e-6)) - torch.log(target)).abs()
     return (diff * mask).sum() / mask.sum().clamp_min(1.0)
 
@@ -51,11 +69,28 @@ def log_depth_l1(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
 # --- classification (tiny-cls) -----------------------------------------------------------
 
 def cls_loss(model: nn.Module, b: dict[str, Tensor]) -> Tensor:
+    """Cross-entropy with label smoothing 0.1, a scalar.
+
+    Args:
+        model: the model being trained.
+        b: the batch as tensors (rgb (B, H, W, 3) uint8, label (B,)).
+    """
     return F_.cross_entropy(model(to_input(b["rgb"])), b["label"], label_smoothing=0.1)
 
 
 @torch.no_grad()
 def cls_eval(model, test, train, max_depth) -> dict[str, float]:
+    """Top-1 accuracy, and the majority class's as the baseline.
+
+    Args:
+        model: the trained model (its device is used).
+        test: the held-out split's arrays (rgb, label).
+        train: the training split's arrays, for the baseline.
+        max_depth: the far plane (``valid_depth``).
+
+    Returns:
+        accuracy and baseline_accuracy.
+    """
     correct = sum(int((model(to_input(b["rgb"])).argmax(1) == b["label"]).sum())
                   for b in batches(test, next(model.parameters()).device.type))
     majority = np.bincount(train["label"]).argmax()
@@ -65,16 +100,37 @@ def cls_eval(model, test, train, max_depth) -> dict[str, float]:
 # --- depth (tiny-dpt) ----------------------------------------------------------------------
 
 def dpt_loss(model: nn.Module, b: dict[str, Tensor]) -> Tensor:
+    """Log-depth L1 over valid pixels, a scalar.
+
+    Args:
+        model: the model being trained.
+        b: the batch as tensors (rgb (B, H, W, 3) uint8, depth (B, H, W); ``max_depth`` a scalar).
+    """
     return log_depth_l1(model(to_input(b["rgb"])), b["depth"], valid_depth(b["depth"], b["max_depth"]))
 
 
 def mean_log_depth(depth: np.ndarray) -> Tensor:
-    """The trivial baseline: the training set's per-pixel geometric-mean depth."""
+    """The trivial baseline: the training set's per-pixel geometric-mean depth, (...) float64.
+
+    Args:
+        depth: (N, ...) positive depth maps.
+    """
     return torch.as_tensor(np.exp(np.log(depth).mean(axis=0)))
 
 
 @torch.no_grad()
 def dpt_eval(model, test, train, max_depth) -> dict[str, float]:
+    """AbsRel and δ1, and the same of ``mean_log_depth`` as the baseline.
+
+    Args:
+        model: the trained model (its device is used).
+        test: the held-out split's arrays (rgb, depth).
+        train: the training split's arrays, for the baseline.
+        max_depth: the far plane (``valid_depth``).
+
+    Returns:
+        abs_rel, delta1 and their ``baseline_`` twins.
+    """
     device = next(model.parameters()).device.type
     pred = torch.cat([model(to_input(b["rgb"])).cpu() for b in batches(test, device)])
     target = torch.as_tensor(test["depth"])
@@ -86,7 +142,12 @@ def dpt_eval(model, test, train, max_depth) -> dict[str, float]:
 # --- classification and depth on one trunk (tiny-trunk) ----------------------------------
 
 def trunk_loss(model: nn.Module, b: dict[str, Tensor]) -> Tensor:
-    """Cross-entropy of the class plus the log-depth L1 of the depth head, from one forward."""
+    """Cross-entropy of the class plus the log-depth L1 of the depth head, from one forward: a scalar.
+
+    Args:
+        model: the model being trained.
+        b: the batch as tensors (rgb (B, H, W, 3) uint8, label (B,), depth (B, H, W); ``max_depth`` a scalar).
+    """
     out = model(to_input(b["rgb"]))
     return (F_.cross_entropy(out["logits"], b["label"], label_smoothing=0.1)
             + log_depth_l1(out["depth"], b["depth"], valid_depth(b["depth"], b["max_depth"])))
@@ -96,7 +157,17 @@ def trunk_loss(model: nn.Module, b: dict[str, Tensor]) -> Tensor:
 def trunk_eval(model, test, train, max_depth) -> dict[str, float]:
     """Accuracy, and depth metrics over all test scenes and per family (outdoor, room); with
     ``delta1_median_scaled``, δ1 after each map is scaled to its target's median, which shows how
-    much of the δ1 shortfall is the global scale a monocular model cannot always see."""
+    much of the δ1 shortfall is the global scale a monocular model cannot always see.
+
+    Args:
+        model: the trained model (its device is used).
+        test: the held-out split's arrays (rgb, depth, label, family).
+        train: the training split's arrays, for the baseline.
+        max_depth: the far plane (``valid_depth``).
+
+    Returns:
+        accuracy, abs_rel, delta1, delta1_median_scaled, per-family ``<family>_`` ones, ``baseline_`` twins.
+    """
     device = next(model.parameters()).device.type
     outs = [{k: v.cpu() for k, v in model(to_input(b["rgb"])).items()} for b in batches({"rgb": test["rgb"]}, device)]
     pred, logits = torch.cat([o["depth"] for o in outs]), torch.cat([o["logits"] for o in outs])
@@ -120,7 +191,16 @@ def trunk_eval(model, test, train, max_depth) -> dict[str, float]:
 
 def pointmaps(depth: np.ndarray, K: np.ndarray, cam_to_world: np.ndarray) -> np.ndarray:
     """(S, V, H, W) depth -> (S, V, 3, H, W) points in the first camera's frame (VGGT's world frame),
-    back-projected with the world's pixel convention (``backproject``)."""
+    back-projected with the world's pixel convention (``backproject``).
+
+    Args:
+        depth: (S, V, H, W) z-depth.
+        K: (S, V, 3, 3) intrinsics.
+        cam_to_world: (S, V, 4, 4) poses.
+
+    Returns:
+        (S, V, 3, H, W) float32.
+    """
     cam = backproject(depth.astype(np.float64), K)  # (S, V, H, W, 3)
     rel = relative_pose(cam_to_world[:, :1], cam_to_world)  # (S, V, 4, 4)
     pts = np.einsum("svij,svhwj->svhwi", rel[..., :3, :3], cam) + rel[:, :, None, None, :3, 3]
@@ -128,6 +208,14 @@ def pointmaps(depth: np.ndarray, K: np.ndarray, cam_to_world: np.ndarray) -> np.
 
 
 def mv_targets(data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A multi-view split's arrays with the targets the model learns.
+
+    Args:
+        data: rgb (S, V, H, W, 3), depth (S, V, H, W), label, K (S, V, 3, 3), cam_to_world (S, V, 4, 4).
+
+    Returns:
+        rgb, depth, label, pose (S, V, 9) (``pose_encoding``) and points (S, V, 3, H, W).
+    """
     size = data["rgb"].shape[-2]
     return {"rgb": data["rgb"], "depth": data["depth"], "label": data["label"],
             "pose": pose_encoding(data["cam_to_world"], data["K"], size),
@@ -138,6 +226,12 @@ CAMERA_WEIGHT = 5.0
 
 
 def mv_loss(model: nn.Module, b: dict[str, Tensor]) -> Tensor:
+    """``CAMERA_WEIGHT`` · smooth L1 of poses + log-depth L1 + 0.1 · point-map L1 (valid pixels): a scalar.
+
+    Args:
+        model: the model being trained.
+        b: the batch as tensors (rgb (B, V, H, W, 3) uint8, depth, pose (B, V, 9), points (B, V, 3, H, W), max_depth).
+    """
     out = model(to_input(b["rgb"]))
     mask = valid_depth(b["depth"], b["max_depth"])
     point_err = (out["pointmap"] - b["points"]).abs().sum(2)  # (B, V, H, W)
@@ -150,6 +244,17 @@ def mv_loss(model: nn.Module, b: dict[str, Tensor]) -> Tensor:
 
 @torch.no_grad()
 def mv_eval(model, test, train, max_depth) -> dict[str, float]:
+    """Camera, depth and point-map errors, and those of the training means as the baseline.
+
+    Args:
+        model: the trained model (its device is used).
+        test: the held-out split's arrays (``mv_targets``).
+        train: the training split's arrays, for the baseline.
+        max_depth: the far plane (``valid_depth``).
+
+    Returns:
+        rot_err_deg, trans_err_m, abs_rel, delta1, point_err_m and their ``baseline_`` twins.
+    """
     device = next(model.parameters()).device.type
     outs = [{k: v.cpu() for k, v in model(to_input(b["rgb"])).items()} for b in batches(test, device, 16)]
     pose = torch.cat([o["camera"] for o in outs]).numpy()
@@ -180,7 +285,14 @@ TASKS = {
 # --- the training loop ---------------------------------------------------------------------
 
 def learning_rate(step: int, steps: int, peak: float) -> float:
-    """Linear warm-up, then cosine decay to zero."""
+    """The step's learning rate: linear warm-up over the first ``WARMUP`` of the steps, then cosine
+    decay to zero.
+
+    Args:
+        step: the 0-based step.
+        steps: the run's steps.
+        peak: the rate at the end of the warm-up.
+    """
     warm = max(1, int(WARMUP * steps))
     if step < warm:
         return peak * (step + 1) / warm
@@ -192,12 +304,33 @@ def _items(rng: np.random.Generator, n: int, size: int) -> np.ndarray:
 
 
 def batch_items(data: dict[str, np.ndarray], step: int, seed: int, size: int) -> np.ndarray:
-    """The items (rows of ``data``) of ``sample_batch``'s batch of ``step``."""
+    """The items (rows of ``data``) of ``sample_batch``'s batch of ``step``.
+
+    Args:
+        data: name -> (n, ...) array, with ``label``.
+        step: the step.
+        seed: the run's seed.
+        size: items per batch (at most n).
+
+    Returns:
+        Sorted distinct row indices.
+    """
     return _items(np.random.default_rng([seed, step]), len(data["label"]), size)
 
 
 def sample_batch(data: dict[str, np.ndarray], step: int, seed: int, size: int, flip: bool) -> dict[str, np.ndarray]:
-    """The batch of ``step``: a function of (seed, step) only, so resumed runs see the same data."""
+    """The batch of ``step``: a function of (seed, step) only, so resumed runs see the same data.
+
+    Args:
+        data: name -> (n, ...) array, with ``label``.
+        step: the step.
+        seed: the run's seed.
+        size: items per batch (at most n).
+        flip: mirror each item's rgb and depth horizontally with probability ½.
+
+    Returns:
+        name -> (size, ...) array.
+    """
     rng = np.random.default_rng([seed, step])
     idx = _items(rng, len(data["label"]), size)
     batch = {k: v[idx] for k, v in data.items()}
@@ -211,6 +344,17 @@ def sample_batch(data: dict[str, np.ndarray], step: int, seed: int, size: int, f
 
 def save_state(path: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int, curve: list, window: list,
                tag: str) -> None:
+    """Write the training state atomically, for ``load_state``.
+
+    Args:
+        path: the safetensors file.
+        model: its state dict is saved.
+        opt: its per-parameter state is saved.
+        step: the steps done.
+        curve: the loss curve so far.
+        window: the losses since the curve's last point.
+        tag: identifies the configuration; ``load_state`` resumes only from the same.
+    """
     tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     for i, state in opt.state_dict()["state"].items():
         tensors |= {f"opt.{i}.{k}": torch.as_tensor(v).contiguous().cpu() for k, v in state.items()}
@@ -220,7 +364,17 @@ def save_state(path: Path, model: nn.Module, opt: torch.optim.Optimizer, step: i
 
 
 def load_state(path: Path, model: nn.Module, opt: torch.optim.Optimizer, tag: str) -> tuple[int, list, list]:
-    """Resume from ``path`` if it was made by the same configuration; else start at step 0."""
+    """Resume from ``path`` if it was made by the same configuration; else start at step 0.
+
+    Args:
+        path: the file ``save_state`` wrote.
+        model: loaded in place.
+        opt: loaded in place.
+        tag: the configuration's tag.
+
+    Returns:
+        (steps done, curve, window); (0, [], []) without a usable file.
+    """
     if not path.is_file():
         return 0, [], []
     from safetensors import safe_open

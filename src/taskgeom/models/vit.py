@@ -13,7 +13,13 @@ from torch import Tensor, nn
 
 @dataclass(frozen=True)
 class Grid:
-    """Token layout of one image: prefix tokens (CLS, registers) then a rows×cols patch grid."""
+    """Token layout of one image: prefix tokens (CLS, registers) then a rows×cols patch grid.
+
+    Attributes:
+        prefix: the tokens before the patches.
+        rows: patch rows.
+        cols: patch columns.
+    """
 
     prefix: int
     rows: int
@@ -27,6 +33,19 @@ class ConvStemPatchEmbed(PatchEmbed):
     plain patchify, but far easier to optimise for a tiny ViT trained briefly."""
 
     def __init__(self, img_size=224, patch_size=16, in_chans=3, embed_dim=768, bias=True, **kwargs):
+        """timm's PatchEmbed with its projection replaced by the stem.
+
+        Args:
+            img_size: the image side.
+            patch_size: a power of two ≥ 2, square.
+            in_chans: input channels.
+            embed_dim: D.
+            bias: whether the final 1×1 projection has a bias.
+            **kwargs: passed on to ``PatchEmbed``.
+
+        Raises:
+            ValueError: the patch size is not a square power of two ≥ 2.
+        """
         super().__init__(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim,
                          bias=bias, **kwargs)
         p = self.patch_size[0]
@@ -45,7 +64,20 @@ class ConvStemPatchEmbed(PatchEmbed):
 def tiny_vit(embed_dim: int, depth: int, num_heads: int, patch_size: int, img_size: int,
              num_classes: int = 0, conv_stem: bool = True) -> VisionTransformer:
     """A small timm ViT; ``dynamic_img_size`` lets it run at any multiple of the patch size.
-    ``conv_stem=False``: plain patchify, as in ViT-B/16."""
+    ``conv_stem=False``: plain patchify, as in ViT-B/16.
+
+    Args:
+        embed_dim: D.
+        depth: blocks.
+        num_heads: attention heads.
+        patch_size: the patch side in pixels.
+        img_size: the image side its position embedding is made for.
+        num_classes: classifier outputs; 0 for none.
+        conv_stem: embed patches with ``ConvStemPatchEmbed``.
+
+    Returns:
+        The VisionTransformer (CLS-token pooling, MLP ratio 4).
+    """
     return VisionTransformer(
         img_size=img_size, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
         num_heads=num_heads, mlp_ratio=4.0, num_classes=num_classes, dynamic_img_size=True,
@@ -54,7 +86,15 @@ def tiny_vit(embed_dim: int, depth: int, num_heads: int, patch_size: int, img_si
 
 
 def vit_embed(vit: VisionTransformer, images: Tensor) -> tuple[Tensor, Grid]:
-    """images (B, 3, H, W) -> tokens entering block 0 (B, prefix + rows·cols, D)."""
+    """images -> tokens entering block 0, with position embeddings.
+
+    Args:
+        vit: the ViT.
+        images: (B, 3, H, W).
+
+    Returns:
+        tokens (B, prefix + rows·cols, D) and their Grid.
+    """
     x = vit.patch_embed(images)  # (B, rows, cols, D) with dynamic_img_size
     rows, cols = x.shape[1], x.shape[2]
     x = vit.norm_pre(vit.patch_drop(vit._pos_embed(x)))
@@ -62,7 +102,15 @@ def vit_embed(vit: VisionTransformer, images: Tensor) -> tuple[Tensor, Grid]:
 
 
 def patch_tokens_to_map(h: Tensor, grid: Grid) -> Tensor:
-    """(B, prefix + rows·cols, D) -> (B, D, rows, cols), prefix tokens dropped."""
+    """Patch tokens as a feature map, prefix tokens dropped.
+
+    Args:
+        h: (B, prefix + rows·cols, D).
+        grid: the token layout.
+
+    Returns:
+        (B, D, rows, cols), laid out channels-last in memory.
+    """
     b, _, d = h.shape
     return h[:, grid.prefix:].transpose(1, 2).reshape(b, d, grid.rows, grid.cols)
 
@@ -76,6 +124,12 @@ class TimmViTHost(nn.Module):
     """
 
     def __init__(self, vit: VisionTransformer, project_cls: bool = False):
+        """Wrap ``vit`` (not copied).
+
+        Args:
+            vit: the timm VisionTransformer.
+            project_cls: ``cls`` includes the head (CLIP's projection); there is then no ``logits``.
+        """
         super().__init__()
         self.vit = vit
         self.project_cls = project_cls
@@ -84,18 +138,62 @@ class TimmViTHost(nn.Module):
         self.decoders = ("cls", "logits") if has_head and not project_cls else ("cls",)
 
     def decoder_layers(self, decoder: str) -> tuple[int, ...]:
+        """The last block: every decoder reads the final state.
+
+        Args:
+            decoder: cls or logits.
+
+        Returns:
+            (num_blocks − 1,).
+        """
         return (self.num_blocks - 1,)
 
     def embed(self, images: Tensor) -> tuple[Tensor, Grid]:
+        """images -> tokens entering block 0 (``vit_embed``).
+
+        Args:
+            images: (B, 3, H, W).
+
+        Returns:
+            tokens (B, T, D) and their Grid.
+        """
         return vit_embed(self.vit, images)
 
     def block(self, i: int, h: Tensor, ctx: Grid) -> Tensor:
+        """Block i.
+
+        Args:
+            i: the block's index.
+            h: (B, T, D).
+            ctx: the Grid (unused).
+
+        Returns:
+            (B, T, D).
+        """
         return self.vit.blocks[i](h)
 
     def decode(self, decoder: str, states: Mapping[int, Tensor], ctx: Grid) -> Tensor:
+        """The final norm, pooling and (for logits or a projected CLS) the head.
+
+        Args:
+            decoder: cls or logits.
+            states: {num_blocks − 1: (B, T, D)}.
+            ctx: the Grid (unused).
+
+        Returns:
+            (B, D) for cls (the projection's width with ``project_cls``), (B, classes) for logits.
+        """
         h = self.vit.norm(states[self.num_blocks - 1])
         pre_logits = decoder == "cls" and not self.project_cls
         return self.vit.forward_head(h, pre_logits=pre_logits)
 
     def forward(self, images: Tensor) -> Tensor:
+        """The ViT's own forward pass.
+
+        Args:
+            images: (B, 3, H, W).
+
+        Returns:
+            The ViT's output, (B, classes) or (B, D) without a head.
+        """
         return self.vit(images)

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 from taskgeom import __version__
-from taskgeom.pipeline import config, server
+from taskgeom.pipeline import config, inspect_command, server
 from taskgeom.pipeline.lock import stage_lock
 from taskgeom.pipeline.publish import KEPT, staged_outputs
-from taskgeom.pipeline.registry import STAGES, instances
+from taskgeom.pipeline.registry import STAGES
 from taskgeom.pipeline.stage import Collect, Stage, param_keys, resolve
 
 PROFILES_DIR = Path("params")
@@ -26,7 +26,7 @@ PROFILES_DIR = Path("params")
 # one line and exit status 2. Each is looked up once its module is loaded (none was raised before),
 # so a command or stage that needs no torch never loads it.
 USER_ERRORS = {"taskgeom.artifacts.checkpoints": "CheckpointError", "taskgeom.data.hdf5": "StoreError",
-               "taskgeom.finite": "NonFiniteError"}
+               "taskgeom.data.sources": "SourceError", "taskgeom.finite": "NonFiniteError"}
 
 
 def user_error(exc: Exception) -> bool:
@@ -63,8 +63,9 @@ def run_stage(stage: Stage, args: argparse.Namespace) -> int:
     setup_logging(None)  # a call refused below writes nothing, its log file included
     params = config.load(args.params)
     value = getattr(args, stage.wildcard) if stage.wildcard else None
-    if stage.foreach and value not in config.get(params, stage.foreach):
-        raise config.ParamsError(f"{args.params}: {stage.wildcard} {value!r} is not listed in {stage.foreach}")
+    if stage.foreach and value not in (listed := config.get(params, stage.foreach)):
+        raise config.ParamsError(f"{args.params}: {stage.wildcard} {value!r} is not listed in {stage.foreach} "
+                                 f"(listed: {', '.join(listed) or 'none'})")
     inputs, outputs = resolve(stage, params, value)
     if missing := missing_inputs(inputs):
         raise FileNotFoundError(f"stage {stage.name}: missing input(s): {', '.join(missing)}")
@@ -80,24 +81,10 @@ def run_stage(stage: Stage, args: argparse.Namespace) -> int:
             if absent := [str(outputs[k]) for k, p in staged.items() if not p.exists()]:
                 raise RuntimeError(f"stage {stage.name} finished without writing: {', '.join(absent)}")
         except Exception as exc:
-            if user_error(exc) and (hint := remedy(str(exc), inputs, params)):
-                exc.add_note(hint)
             log_failure(log, exc)
             raise
         log.info("stage %s done in %.1f s", stage.name, time.perf_counter() - start)
     return 0
-
-
-def remedy(message: str, inputs: dict, params: dict) -> str | None:
-    """What to do about an input that ``message`` names: it is an output of another stage
-    instance, which ``dvc checkout`` puts back as recorded, or a rerun writes again."""
-    named = [p for v in inputs.values() for p in (v if isinstance(v, list) else [v]) if str(p) in message]
-    for stage, value in instances(params):
-        if named and named[0] in resolve(stage, params, value)[1].values():
-            address = stage.address(value)
-            return (f"(it is an output of {address}: put back the recorded one with "
-                    f"`dvc checkout --force {address}`, or rerun that stage)")
-    return None
 
 
 def one_line(exc: BaseException) -> str:
@@ -122,6 +109,10 @@ def params_command(args: argparse.Namespace) -> int:
         config.load(args.file)
         print(f"{args.file}: valid")
         return 0
+    profiles = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+    if args.profile not in profiles:
+        raise config.ParamsError(f"{args.profile}: not a profile of {PROFILES_DIR}/ (profiles: {', '.join(profiles)}); "
+                                 "edit params.yaml itself, or add params/NAME.yaml")
     source = PROFILES_DIR / f"{args.profile}.yaml"
     config.load(source)  # never copy an invalid profile over a working params.yaml
     shutil.copyfile(source, "params.yaml")
@@ -194,8 +185,8 @@ def parser() -> argparse.ArgumentParser:
     psub = pp.add_subparsers(dest="action", required=True)
     check = psub.add_parser("check", help="Validate a parameters file against the schema.")
     check.add_argument("file", nargs="?", default="params.yaml")
-    use = psub.add_parser("use", help="Copy params/PROFILE.yaml over params.yaml (default, smoke, paper).")
-    use.add_argument("profile", help="a file params/PROFILE.yaml: default, smoke or paper")
+    use = psub.add_parser("use", help="Copy params/PROFILE.yaml over params.yaml (default, smoke, paper, ...).")
+    use.add_argument("profile", help="the name of a file params/PROFILE.yaml: default, smoke, paper, ...")
     pp.set_defaults(func=params_command)
     dv = sub.add_parser("dvc-yaml", help="Generate dvc.yaml from the stage registry (or --check it is current).")
     dv.add_argument("--check", action="store_true")
@@ -212,6 +203,7 @@ def parser() -> argparse.ArgumentParser:
                                                "random-weight mini checkpoints, with a MANIFEST.json.")
     mini.add_argument("dir", metavar="DIR", help="a new or empty directory, or an earlier paper-mini output")
     fx.set_defaults(func=fixtures_command)
+    inspect_command.add_parser(sub)
     sv = sub.add_parser("serve", help="Import every stage once and run the taskgeom commands of every process "
                                       f"whose environment has {server.ENV}=SOCKET (see pipeline/server.py).")
     sv.add_argument("--socket", required=True, help="the Unix socket to listen on")

@@ -32,6 +32,7 @@ from typing import Any
 
 from taskgeom.artifacts.atomic import atomic_path, leftovers
 from taskgeom.pipeline.dvc_lock_parse import patch_lock_parse
+from taskgeom.pipeline.tools import require
 
 RWLOCK = "rwlock"  # DVC's rwlock file, in its tmp directory (dvc.rwlock.RWLOCK_FILE)
 
@@ -49,6 +50,7 @@ def atomic_dump(original: Callable[..., Any]) -> Callable[..., Any]:
             tmp.write_text(text.getvalue(), encoding="utf-8")
         return None
 
+    dump.__wrapped__ = original  # inspect.signature reports DVC's (tests/test_tools.py)
     return dump
 
 
@@ -87,6 +89,7 @@ def atomic_rwlock(original: Callable[..., Any]) -> Callable[..., Any]:
                 unfinished.unlink(missing_ok=True)
             yield lock
 
+    edit.__wrapped__ = original
     return edit
 
 
@@ -94,7 +97,9 @@ def patch_dvc() -> None:
     """Make every YAML dump of this process's DVC atomic (``modify_yaml`` calls ``_common``'s
     ``_dump_data``; ``dump_yaml`` the name ``_yaml`` imported from it), and its updates of
     dvc.lock parse with the safe loader, and its rwlock be written atomically (``rwlock`` looks
-    ``_edit_rwlock`` up in its module at each call)."""
+    ``_edit_rwlock`` up in its module at each call). Stops unless DVC is the version these patches
+    were tested with (``tools.require``)."""
+    require("dvc")
     from dvc import rwlock
     from dvc.utils.serialize import _common, _yaml
 

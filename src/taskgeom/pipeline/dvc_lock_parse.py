@@ -31,6 +31,7 @@ def lock_parsed_safely(original: Callable[[str, Any], Any]) -> Callable[[str, An
         return original(text, path)
 
     parse_yaml_for_update.lock_parsed_safely = True
+    parse_yaml_for_update.__wrapped__ = original  # inspect.signature reports DVC's (tests/test_tools.py)
     return parse_yaml_for_update
 
 

@@ -16,6 +16,10 @@ In DVC every stage depends on ``check-params``, whose output never changes while
 params.yaml is valid: an invalid params.yaml stops DVC there, before any stage deletes
 its outputs to rerun. It is DVC's counterpart of the Snakefile's ``validate(config)``,
 which stops Snakemake before it builds its DAG, so Snakemake has no such rule.
+
+A stage's ``seconds`` (the job order's costs, ``schedule``) is the mean wall time of its jobs in
+the default profile's run of commit 3a289bf on 2 cores (``benchmarks/stage_profile.py``, committed
+as results/benchmarks/default_run_profile.csv in a11fabc), rounded; declared, not read from a file.
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ STAGES: tuple[Stage, ...] = (
         params=("world",),
         mem_mb=4000,
         threads=2,                       # renders chunks in as many processes
-        runtime=30,
+        runtime=30, seconds=188,
     ),
     Stage(
         name="sources",
@@ -85,7 +89,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="source",
         foreach="sources",
         keyed=True,
-        runtime=30,
+        runtime=30, seconds=3,
     ),
     Stage(
         name="zoo",
@@ -107,7 +111,7 @@ STAGES: tuple[Stage, ...] = (
         foreach="zoo",
         keyed=True,
         mem_mb=6000,
-        runtime=60,
+        runtime=60, seconds=995,
         gpu=True,
     ),
     Stage(
@@ -115,7 +119,7 @@ STAGES: tuple[Stage, ...] = (
         help="Tabulate every zoo model's held-out metrics against its trivial baseline.",
         deps={"params_ok": PARAMS_OK, "metrics": Collect("results/zoo/{item}.json", over="zoo")},
         outs={"csv": "results/zoo_table.csv", "md": "results/zoo_table.md", "tex": "results/zoo_table.tex"},
-        params=(),
+        params=(), seconds=1,
     ),
     Stage(
         name="diagnose",
@@ -135,7 +139,7 @@ STAGES: tuple[Stage, ...] = (
         foreach="diagnose.probes",
         keyed=True,
         mem_mb=8000,
-        runtime=60,
+        runtime=60, seconds=49,
         gpu=True,
     ),
     Stage(
@@ -147,7 +151,7 @@ STAGES: tuple[Stage, ...] = (
               "arrays": Collect("results/diagnose/probes/{item}.h5", over="diagnose.probes"),
               "paper_numbers": "references/paper_numbers.yaml"},
         outs={**paths.tables("diagnose", paths.DIAGNOSTIC_TABLES), **paths.figures(("spectra", "kappa_curves"))},
-        params=("diagnose.probes", "diagnose.estimator", "diagnose.bootstrap", "diagnose.regimes"),
+        params=("diagnose.probes", "diagnose.estimator", "diagnose.bootstrap", "diagnose.regimes"), seconds=5,
     ),
     Stage(
         name="vae",
@@ -166,7 +170,7 @@ STAGES: tuple[Stage, ...] = (
         foreach="vae",
         keyed=True,
         mem_mb=6000,
-        runtime=60,
+        runtime=60, seconds=242,
         gpu=True,
     ),
     Stage(
@@ -182,7 +186,7 @@ STAGES: tuple[Stage, ...] = (
         foreach="learn.probes",
         keyed=True,
         mem_mb=8000,
-        runtime=120,
+        runtime=120, seconds=320,
         gpu=True,
     ),
     Stage(
@@ -200,7 +204,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="probe",
         foreach="learn.spn",
         keyed=True,
-        runtime=60,
+        runtime=60, seconds=209,
         gpu=True,
     ),
     Stage(
@@ -217,7 +221,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="head",
         foreach="learn.heads",
         keyed=True,
-        runtime=60,
+        runtime=60, seconds=34,
         gpu=True,
     ),
     Stage(
@@ -234,7 +238,7 @@ STAGES: tuple[Stage, ...] = (
               "sources": ALL_SOURCES,
               "paper_numbers": "references/paper_numbers.yaml"},
         outs={**paths.tables("metric", paths.METRIC_TABLES), **paths.figures(paths.METRIC_FIGURES)},
-        params=("sources", "learn.probes"),
+        params=("sources", "learn.probes"), seconds=5,
     ),
     Stage(
         name="prune-cls",
@@ -255,7 +259,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="cls",
         foreach="prune.cls",
         keyed=True,
-        runtime=60,
+        runtime=60, seconds=98,
     ),
     Stage(
         name="prune-dense",
@@ -276,7 +280,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="dense",
         foreach="prune.dense",
         keyed=True,
-        runtime=60,
+        runtime=60, seconds=641,
     ),
     Stage(
         name="prune-speed",
@@ -294,7 +298,7 @@ STAGES: tuple[Stage, ...] = (
         foreach="prune.dense",
         keyed=True,
         threads=2,                       # timings: a 2-core machine to itself
-        runtime=60,
+        runtime=60, seconds=103,
         gpu=True,
     ),
     Stage(
@@ -312,7 +316,7 @@ STAGES: tuple[Stage, ...] = (
               "paper_numbers": "references/paper_numbers.yaml"},
         outs={**paths.tables("prune", paths.PRUNE_TABLES), **paths.tables("data", ("token_redundancy",)),
               **paths.figures(paths.PRUNE_FIGURES)},
-        params=("sources",),
+        params=("sources",), seconds=5,
     ),
     Stage(
         name="retrieval",
@@ -337,7 +341,7 @@ STAGES: tuple[Stage, ...] = (
         wildcard="retrieval",
         foreach="retrieval",
         keyed=True,
-        runtime=60,
+        runtime=60, seconds=125,
     ),
     Stage(
         name="retrieval-tables",
@@ -347,14 +351,14 @@ STAGES: tuple[Stage, ...] = (
               "curves": Collect("results/retrieval/runs/{item}_curve.csv", over="retrieval"),
               "sources": ALL_SOURCES, "paper_numbers": "references/paper_numbers.yaml"},
         outs={**paths.tables("retrieval", paths.RETRIEVAL_TABLES), **paths.figures(paths.RETRIEVAL_FIGURES)},
-        params=("sources",),
+        params=("sources",), seconds=6,
     ),
     Stage(
         name="findings",
         help="Each of the paper's claims that the run tests: the paper's figure, ours, and a verdict by a stated rule.",
         deps={"params_ok": PARAMS_OK, **FINDINGS_INPUTS},
         outs={ext: f"results/findings.{ext}" for ext in ("csv", "md", "tex")},
-        params=("zoo",),
+        params=("zoo",), seconds=1,
     ),
     Stage(
         name="report",
@@ -369,7 +373,7 @@ STAGES: tuple[Stage, ...] = (
             "paper_numbers": "references/paper_numbers.yaml",
         },
         outs={"report": "results/REPORT.md"},
-        params=("profile",),
+        params=("profile",), seconds=1,
     ),
 )
 

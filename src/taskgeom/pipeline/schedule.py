@@ -8,49 +8,27 @@ late and run alone at the end while the other core idles. Each job's priority he
 DAG, itself included (highest-level-first list scheduling; Adam, Chandy & Dickson 1974). The order
 of jobs never changes what they write.
 
-Expected seconds are the wall times that a recorded run of the default profile measured per job
-(``COSTS``, the ``job`` and ``wall_s`` columns that ``benchmarks/stage_profile.py`` writes);
-a job it lacks costs the mean of its stage's recorded jobs, or ``DEFAULT_SECONDS``.
+Expected seconds are declared per stage in the registry (``Stage.seconds``, with where they
+were measured): every job of a stage costs its stage's seconds. The costs set only the order.
 """
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping
-from functools import cache
 from pathlib import Path
 
 from taskgeom.pipeline.registry import instances
 from taskgeom.pipeline.stage import resolve
 
-COSTS = Path("results/benchmarks/default_run_profile.csv")
-DEFAULT_SECONDS = 1.0
-
 
 def job_name(stage: str, value: str | None) -> str:
-    """A job as the profile names it: ``zoo~tiny-trunk``, or ``fetch``."""
+    """A job by name: ``zoo~tiny-trunk``, or ``fetch``."""
     return f"{stage}~{value}" if value else stage
 
 
-@cache
-def recorded_seconds(path: Path = COSTS) -> dict[str, float]:
-    """job name -> wall seconds from a profile table; empty when there is none."""
-    if not path.is_file():
-        return {}
-    with path.open(newline="") as f:
-        return {row["job"]: float(row["wall_s"]) for row in csv.DictReader(f)}
-
-
-def expected_seconds(jobs: list[str], recorded: Mapping[str, float]) -> dict[str, float]:
-    """Each job's recorded seconds, else the mean over its stage's recorded jobs, else DEFAULT_SECONDS."""
-    by_stage: dict[str, list[float]] = {}
-    for name, s in recorded.items():
-        by_stage.setdefault(name.split("~")[0], []).append(s)
-    out = {}
-    for job in jobs:
-        stage_times = by_stage.get(job.split("~")[0])
-        out[job] = recorded.get(job, sum(stage_times) / len(stage_times) if stage_times else DEFAULT_SECONDS)
-    return out
+def expected_seconds(params: dict) -> dict[str, float]:
+    """job name -> the seconds its stage declares (``Stage.seconds``)."""
+    return {job_name(s.name, v): s.seconds for s, v in instances(params)}
 
 
 def job_graph(params: dict) -> dict[str, set[str]]:
@@ -93,8 +71,7 @@ def bottom_levels(readers: Mapping[str, set[str]], seconds: Mapping[str, float])
     return levels
 
 
-def priorities(params: dict, costs: Path = COSTS) -> dict[str, int]:
+def priorities(params: dict) -> dict[str, int]:
     """job name -> its Snakemake priority, the bottom level in whole seconds."""
-    readers = job_graph(params)
-    levels = bottom_levels(readers, expected_seconds(list(readers), recorded_seconds(costs)))
+    levels = bottom_levels(job_graph(params), expected_seconds(params))
     return {job: round(s) for job, s in levels.items()}

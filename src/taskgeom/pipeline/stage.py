@@ -74,6 +74,7 @@ class Stage:
     threads: int = 1                     # CPU threads it runs with (runtime.use_threads)
     mem_mb: int = 2000
     runtime: int = 10                    # minutes, for cluster schedulers
+    seconds: float = 1.0                 # expected wall seconds of one job, for job order (schedule.py)
     gpu: bool = False                    # benefits from a GPU (device: auto uses one)
     dvc_only: bool = False               # a stage only DVC needs (see check-params)
     persist: bool = False                # DVC keeps its outputs in place while it reruns it (``persist: true``)

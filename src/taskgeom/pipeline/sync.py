@@ -31,7 +31,9 @@ failed Snakemake job leaves a record of the inputs it failed on. Snakemake then 
 what DVC would, and a later parameter edit still reruns its stages under Snakemake. Only the
 main Snakemake process follows: a cluster job that reads the Snakefile again does not.
 
-Stages outside a run are left as the other front end last recorded them.
+Stages outside a run are left as the other front end last recorded them. Both directions rest
+on the two tools' internals, so loading this module stops unless each is the version they were
+tested with (``tools``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ from taskgeom.pipeline.dag import snakemake_rule
 from taskgeom.pipeline.publish import KEPT, keep
 from taskgeom.pipeline.registry import instances
 from taskgeom.pipeline.stage import PARAMS_OK, Stage, param_keys, resolve
+from taskgeom.pipeline.tools import require
+
+require("snakemake", "dvc")  # its records imitate this Snakemake's; its commit patches this DVC
 
 CHECK_PARAMS = "check-params"
 DVC_RWLOCK = Path(".dvc/tmp/rwlock")  # DVC's record of the paths a running stage reads and writes
@@ -286,7 +291,7 @@ def write_record(root: Path, output: Path, stage: Stage, value: str | None, para
     keys = param_keys(stage, params, value)
     mtime = (root / output).stat().st_mtime
     record = {
-        "rule": stage.name.replace("-", "_"),
+        "rule": stage.name,
         "input": input_files,
         "log": [stage.log.replace(f"{{{stage.wildcard}}}", value or "")],
         "shellcmd": stage.command(value) if value else stage.command(),

@@ -29,11 +29,27 @@ class AttentionBlock(Protocol):
     (ToMe's proportional attention adds log(size) to every logit over the key axis), or None."""
 
     def forward(self, x: Tensor, size: Tensor | None = None) -> Tensor:
-        """x -> the block's output (B, N, C)."""
+        """x -> the block's output (B, N, C).
+
+        Args:
+            x: (B, N, C) tokens entering the block.
+            size: (B, N, 1) the tokens each token stands for, or None for plain attention.
+
+        Returns:
+            (B, N, C), the block's output.
+        """
         ...
 
     def with_stats(self, x: Tensor, size: Tensor | None = None) -> tuple[Tensor, AttentionStats]:
-        """``forward`` with the keys and the class token's attention, averaged over heads, from the same pass."""
+        """``forward`` with the keys and the class token's attention, averaged over heads, from the same pass.
+
+        Args:
+            x: (B, N, C) tokens entering the block.
+            size: (B, N, 1) the tokens each token stands for, or None for plain attention.
+
+        Returns:
+            The block's output (B, N, C) and its AttentionStats (keys (B, N, head_dim), cls_attn (B, N)).
+        """
         ...
 
 
@@ -50,6 +66,14 @@ def _hf_layers(host: Any) -> Any:
 
 def attention_block(host: Any, i: int) -> AttentionBlock:
     """Block i of ``host`` with proportional attention and fused attention statistics.
+
+    Args:
+        host: a model with a timm ViT at ``host.vit`` or transformers DINOv2 layers at one of
+            ``HF_LAYER_PATHS``.
+        i: the block's index.
+
+    Returns:
+        A TimmAttentionBlock or a Dinov2AttentionBlock wrapping that block.
 
     Raises:
         TypeError: the host has neither a timm ViT at ``host.vit`` nor transformers DINOv2 layers.

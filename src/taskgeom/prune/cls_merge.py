@@ -29,7 +29,21 @@ from taskgeom.prune.tome import bipartite_soft_matching, merge_wavg
 
 def reduce_tokens(method: str, h: Tensor, stats, k: int, grid, learned: LearnedMetric | None,
                   generator: torch.Generator | None) -> tuple[Tensor, Tensor | None]:
-    """h (B, N, D) after the reduction block -> (h' (B, N', D), size (B, N', 1) or None)."""
+    """h (B, N, D) after the reduction block -> (h' (B, N', D), size (B, N', 1) or None).
+
+    Args:
+        method: importance, tome_score, random, tome or evit (module docstring).
+        h: (B, N, D) the tokens the reduction block output.
+        stats: that block's AttentionStats (None for importance, which reads no attention).
+        k: patch tokens to remove.
+        grid: the token Grid of the images (its ``prefix`` tokens are never removed).
+        learned: the importance head and SPN (importance only).
+        generator: draws random's scores.
+
+    Returns:
+        The reduced tokens (B, N − k, D) (evit: (B, N − k + 1, D), the fused token last) and the
+        tokens each stands for (B, N', 1), or None for evit, whose tokens stand for one each.
+    """
     prefix = grid.prefix
     if method == "tome":
         merge, _ = bipartite_soft_matching(stats.keys, k, class_token=prefix > 0)
@@ -60,7 +74,16 @@ def _check(host: ProbeHost, decoder: str, layer: int) -> int:
 @torch.no_grad()
 def unreduced_prefix(host: ProbeHost, images: Tensor, layer: int) -> tuple[Tensor, Any]:
     """images (B, 3, H, W) -> (h (B, N, D) entering block ``layer``, the host's context): the part of
-    ``merged_forward`` that no method changes, so a caller can compute it once per batch."""
+    ``merged_forward`` that no method changes, so a caller can compute it once per batch.
+
+    Args:
+        host: the frozen model.
+        images: (B, 3, H, W) preprocessed images.
+        layer: the block after which tokens will be reduced.
+
+    Returns:
+        The tokens entering block ``layer`` (B, N, D) and the host's embedding context.
+    """
     h, ctx = host.embed(images)
     for i in range(layer):
         h = host.block(i, h, ctx)
@@ -71,7 +94,24 @@ def unreduced_prefix(host: ProbeHost, images: Tensor, layer: int) -> tuple[Tenso
 def merged_forward_from(host: ProbeHost, decoder: str, prefix: tuple[Tensor, Any], layer: int, method: str,
                         ratio: float, learned: LearnedMetric | None = None,
                         generator: torch.Generator | None = None) -> Tensor:
-    """``merged_forward`` from ``unreduced_prefix(host, images, layer)``: the same output, bit for bit."""
+    """``merged_forward`` from ``unreduced_prefix(host, images, layer)``: the same output, bit for bit.
+
+    Args:
+        host: the frozen model.
+        decoder: a decoder reading only the final block.
+        prefix: ``unreduced_prefix(host, images, layer)``.
+        layer: the block after which tokens are reduced, below the final block.
+        method: importance, tome_score, random, tome or evit.
+        ratio: η in [0, 1), the fraction of patch tokens removed (``num_removed``).
+        learned: the importance head and SPN (importance only).
+        generator: draws random's scores.
+
+    Returns:
+        (B, M), the decoder's output.
+
+    Raises:
+        ValueError: the decoder reads other blocks than the final one, or ``layer`` is not below it.
+    """
     last = _check(host, decoder, layer)
     h, ctx = prefix
     grid = grid_of(ctx)
@@ -93,7 +133,21 @@ def merged_forward_from(host: ProbeHost, decoder: str, prefix: tuple[Tensor, Any
 def merged_forward(host: ProbeHost, decoder: str, images: Tensor, layer: int, method: str, ratio: float,
                    learned: LearnedMetric | None = None, generator: torch.Generator | None = None) -> Tensor:
     """images (B, 3, H, W) -> decoder output (B, M) with tokens reduced after block ``layer``.
-    The decoder must read only the final block (a CLS decoder)."""
+    The decoder must read only the final block (a CLS decoder).
+
+    Args:
+        host: the frozen model.
+        decoder: a decoder reading only the final block.
+        images: (B, 3, H, W) preprocessed images.
+        layer: the block after which tokens are reduced, below the final block.
+        method: importance, tome_score, random, tome or evit.
+        ratio: η in [0, 1), the fraction of patch tokens removed (``num_removed``).
+        learned: the importance head and SPN (importance only).
+        generator: draws random's scores.
+
+    Returns:
+        (B, M), the decoder's output.
+    """
     _check(host, decoder, layer)
     return merged_forward_from(host, decoder, unreduced_prefix(host, images, layer), layer, method, ratio,
                                learned, generator)

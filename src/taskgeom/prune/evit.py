@@ -10,9 +10,18 @@ from taskgeom.prune.select import gather_tokens, split_lowest
 
 
 def evit_fuse(x: Tensor, cls_attn: Tensor, k: int, prefix: int = 1) -> Tensor:
-    """x (B, N, C), cls_attn (B, N) the class token's attention averaged over heads, k patch tokens
-    to drop -> (B, N − k + 1, C): prefix, the N − prefix − k most attended patches in token order,
-    then the fused token Σ a_t x_t / Σ a_t over the dropped ones. k = 0 returns x unchanged."""
+    """Keep the most attended patch tokens and fuse the rest into one, Σ a_t x_t / Σ a_t.
+
+    Args:
+        x: (B, N, C) tokens.
+        cls_attn: (B, N) the class token's attention to each token, averaged over heads.
+        k: patch tokens to drop; 0 returns x unchanged.
+        prefix: the leading tokens (CLS, registers), always kept.
+
+    Returns:
+        (B, N − k + 1, C): the prefix, the N − prefix − k most attended patches in token order,
+        then the fused token over the dropped ones.
+    """
     if k == 0:
         return x
     keep, drop = split_lowest(cls_attn, k, prefix)

@@ -21,7 +21,11 @@ from taskgeom.prune.timm_blocks import AttentionStats, size_bias
 
 
 def dinov2_layer_types() -> tuple[type, ...]:
-    """The transformers layer classes re-derived here (imported on first use: transformers loads slowly)."""
+    """The transformers layer classes re-derived here (imported on first use: transformers loads slowly).
+
+    Returns:
+        ``Dinov2Layer`` and, where transformers has it, ``Dinov2WithRegistersLayer``.
+    """
     from transformers.models.dinov2.modeling_dinov2 import Dinov2Layer
 
     try:
@@ -77,19 +81,38 @@ def _layer_pass(layer: nn.Module, x: Tensor, size: Tensor | None) -> tuple[Tenso
 
 @dataclass(frozen=True)
 class Dinov2AttentionBlock:
-    """One transformers DINOv2 layer as an attention block (see ``taskgeom.prune.blocks``)."""
+    """One transformers DINOv2 layer as an attention block (see ``taskgeom.prune.blocks``).
+
+    Attributes:
+        layer: a ``Dinov2Layer`` or ``Dinov2WithRegistersLayer``.
+    """
 
     layer: nn.Module
 
     def forward(self, x: Tensor, size: Tensor | None = None) -> Tensor:
-        """x (B, N, C) -> (B, N, C): the layer itself, or with proportional attention when ``size``
-        (B, N, 1) is given."""
+        """The layer itself, or with proportional attention when ``size`` is given.
+
+        Args:
+            x: (B, N, C) tokens entering the layer.
+            size: (B, N, 1) the tokens each token stands for, or None.
+
+        Returns:
+            (B, N, C), the layer's output.
+        """
         if size is None:
             out = self.layer(x)
             return out[0] if isinstance(out, tuple) else out  # transformers 4.x layers return (h, *extras)
         return _layer_pass(self.layer, x, size)[0]
 
     def with_stats(self, x: Tensor, size: Tensor | None = None) -> tuple[Tensor, AttentionStats]:
-        """``forward`` with the keys and the class token's attention (averaged over heads) from the same pass."""
+        """``forward`` with the keys and the class token's attention (averaged over heads) from the same pass.
+
+        Args:
+            x: (B, N, C) tokens entering the layer.
+            size: (B, N, 1) the tokens each token stands for, or None.
+
+        Returns:
+            The layer's output (B, N, C) and AttentionStats: keys (B, N, head_dim), cls_attn (B, N).
+        """
         out, keys, weights = _layer_pass(self.layer, x, size)
         return out, AttentionStats(keys=keys.mean(dim=1), cls_attn=weights[:, :, 0].mean(dim=1))

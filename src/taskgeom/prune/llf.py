@@ -62,9 +62,20 @@ def check_schedule(schedule: Sequence[int], last: int) -> tuple[int, ...]:
 
 class TokenState:
     """The running tokens of one batch under hard pruning: h (B, K, D) at positions keep (B, K),
-    and the full grid ``frozen`` (B, N, D) holding every removed token at its frozen value."""
+    and the full grid ``frozen`` (B, N, D) holding every removed token at its frozen value.
+
+    Attributes:
+        h: (B, K, D) the current tokens.
+        keep: (B, K) their positions in the full sequence, or None before any removal.
+        frozen: (B, N, D) the full grid with removed tokens at their frozen values, or None.
+    """
 
     def __init__(self, h: Tensor):
+        """Start with every token running.
+
+        Args:
+            h: (B, N, D) the full token sequence.
+        """
         self.h = h
         self.keep: Tensor | None = None
         self.frozen: Tensor | None = None
@@ -75,16 +86,28 @@ class TokenState:
         return self.keep is not None
 
     def positions(self) -> Tensor:
-        """(B, K) the current tokens' indices in the full token sequence."""
+        """The current tokens' indices in the full token sequence.
+
+        Returns:
+            (B, K) indices into N.
+        """
         b, n = self.h.shape[:2]
         return self.keep if self.pruned else torch.arange(n, device=self.h.device).expand(b, n)
 
     def full(self) -> Tensor:
-        """(B, N, D): kept tokens current, removed ones frozen."""
+        """Kept tokens current, removed ones frozen.
+
+        Returns:
+            (B, N, D), the full token grid.
+        """
         return scatter_tokens(self.frozen, self.keep, self.h) if self.pruned else self.h
 
     def remove(self, keep_local: Tensor) -> None:
-        """Keep only rows keep_local (B, K') of the current tokens; the others freeze here."""
+        """Keep only rows keep_local of the current tokens; the others freeze here.
+
+        Args:
+            keep_local: (B, K') indices into the current K tokens.
+        """
         self.frozen = self.full()
         self.keep = self.positions().gather(1, keep_local)
         self.h = gather_tokens(self.h, keep_local)

@@ -28,7 +28,19 @@ ROLES = (*DOMAINS, "bank")             # and prune.cls's k-NN bank
 
 def load_host(inputs: dict[str, Path], device: str, dtype: torch.dtype = torch.float32):
     """The frozen zoo model of the stage's ``weights`` / ``config`` inputs and its base token grid
-    at its own input side (the zoo's ViT's, or the Grid its embedding reports: Depth-Anything-V2)."""
+    at its own input side (the zoo's ViT's, or the Grid its embedding reports: Depth-Anything-V2).
+
+    Args:
+        inputs: input name -> path; reads ``weights`` and ``config``.
+        device: where the model goes.
+        dtype: the model's dtype.
+
+    Returns:
+        The frozen host and its Grid at the config's ``img_size``.
+
+    Raises:
+        TypeError: the host has no timm ViT and its embedding reports no Grid.
+    """
     host = freeze(zoo.load(inputs["weights"], inputs["config"], device)).to(dtype)
     size = int(zoo.entry(inputs["config"])["img_size"])
     if hasattr(host, "vit"):
@@ -43,7 +55,23 @@ def load_host(inputs: dict[str, Path], device: str, dtype: torch.dtype = torch.f
 
 def load_learned(inputs: dict[str, Path], seeds: list[int], base: Grid, device: str,
                  dtype: torch.dtype = torch.float32, spn: bool = False) -> dict[int, LearnedMetric]:
-    """The importance head of every seed (and the SPN, shared) as LearnedMetrics."""
+    """The importance head of every seed (and the SPN, shared) as LearnedMetrics.
+
+    Args:
+        inputs: input name -> path; reads ``head_weights`` / ``head_config`` (and ``spn_weights`` /
+            ``spn_config`` with ``spn``).
+        seeds: the seeds whose heads to load.
+        base: the grid the head was trained on.
+        device: where the networks go.
+        dtype: their dtype.
+        spn: load the SPN too (importance-guided merging).
+
+    Returns:
+        seed -> LearnedMetric.
+
+    Raises:
+        ValueError: a seed has no head in the checkpoint.
+    """
     held = checkpoint.seeds_of(inputs["head_config"])
     missing = [s for s in seeds if s not in held]
     if missing:
@@ -58,7 +86,14 @@ def load_learned(inputs: dict[str, Path], seeds: list[int], base: Grid, device: 
 
 def settings(prune: dict) -> list[tuple[str, int]]:
     """(domain, resolution) pairs evaluated: every domain at the base resolution (the first of
-    ``prune.resolutions``), then the first domain at each further resolution."""
+    ``prune.resolutions``), then the first domain at each further resolution.
+
+    Args:
+        prune: a stage's params with ``domains`` and ``resolutions``.
+
+    Returns:
+        The (domain, resolution) pairs, in that order.
+    """
     base, *further = prune["resolutions"]
     return [(d, base) for d in prune["domains"]] + [(prune["domains"][0], r) for r in further]
 
@@ -67,8 +102,24 @@ def role_batch(inputs: dict[str, Path], sources: dict, host, role: str, resoluti
                depth: bool = False) -> tuple[Batch, Source]:
     """The first ``count`` items of the source of ``role`` (input ``source_<role>``: a domain or
     the k-NN bank) through the host's preprocessing at side ``resolution`` (a world source's
-    render at that side), with ground-truth ``depth`` where asked and the source has it;
-    ``what`` names the params key of the count in errors."""
+    render at that side), with ground-truth ``depth`` where asked and the source has it.
+
+    Args:
+        inputs: input name -> path; reads ``source_<role>`` and ``config``.
+        sources: the params' ``sources`` table.
+        host: the frozen model, whose preprocessing is used.
+        role: rgb, sketch or bank (``ROLES``).
+        resolution: the image side S.
+        count: items to read.
+        what: names the params key of the count in errors.
+        depth: read ground-truth depth too.
+
+    Returns:
+        The Batch (x (B, 3, S, S), labels (B,), depth (B, S, S) or None) and its Source.
+
+    Raises:
+        ValueError: an unknown role, or a source with fewer than ``count`` items.
+    """
     if role not in ROLES:
         raise ValueError(f"prune.domains: unknown domain {role!r}; known: {sorted(DOMAINS)}")
     source, prep = preprocess.open_for_host(inputs[f"source_{role}"], sources, host, zoo.entry(inputs["config"]),
@@ -77,23 +128,60 @@ def role_batch(inputs: dict[str, Path], sources: dict, host, role: str, resoluti
 
 
 def batched(fn: Callable[[Tensor], Tensor], x: Tensor, batch_size: int) -> Tensor:
+    """``fn`` over ``x`` in batches along the first axis, concatenated.
+
+    Args:
+        fn: maps (b, ...) -> (b, ...).
+        x: (B, ...) inputs.
+        batch_size: rows per call.
+
+    Returns:
+        (B, ...), the outputs in order.
+    """
     return torch.cat([fn(x[i:i + batch_size]) for i in range(0, len(x), batch_size)])
 
 
 def seed_runs(method: str, seeds: list[int]) -> Iterator[tuple[int, bool]]:
-    """(seed, computed) pairs: a deterministic method runs once and is repeated for the other seeds."""
+    """(seed, computed) pairs: a deterministic method runs once and is repeated for the other seeds.
+
+    Args:
+        method: the pruning method.
+        seeds: the seeds, in order.
+
+    Yields:
+        (seed, whether to compute it); False for every seed but the first of a ``DETERMINISTIC`` method.
+    """
     for j, s in enumerate(seeds):
         yield s, not (method in DETERMINISTIC and j > 0)
 
 
 def generator(seed: int, *key: int) -> torch.Generator:
+    """A CPU generator seeded from ``seed`` and further integers by ``numpy.random.SeedSequence``.
+
+    Args:
+        seed: the run's seed.
+        *key: integers that tell its streams apart (e.g. the ratio in thousandths and the resolution).
+
+    Returns:
+        The seeded ``torch.Generator``.
+    """
     return torch.Generator().manual_seed(int(np.random.SeedSequence([seed, *key]).generate_state(1)[0]))
 
 
 def summary_rows(values: dict[str, np.ndarray], boot: dict, reference: str = "importance") -> list[dict]:
-    """values: method -> (seeds, images) per-image metric -> one row per method: the mean, the std
-    over seeds of the image means, the bootstrap interval over images of the seed-averaged values,
-    and the Wilcoxon p of ``reference`` against the method, paired by image."""
+    """One row per method: the mean, the std over seeds of the image means, the bootstrap interval
+    over images of the seed-averaged values, and the Wilcoxon p of ``reference`` against the
+    method, paired by image.
+
+    Args:
+        values: method -> (seeds, images) per-image metric.
+        boot: ``resamples``, ``level`` and ``seed`` of the bootstrap.
+        reference: the method every other is tested against.
+
+    Returns:
+        Rows with method, mean, std_seeds, ci_low, ci_high, images and (for methods other than
+        ``reference``, when it is present) p_vs_importance.
+    """
     rows = []
     for method, v in values.items():
         per_image = v.mean(axis=0)
@@ -107,7 +195,14 @@ def summary_rows(values: dict[str, np.ndarray], boot: dict, reference: str = "im
 
 
 def schedule_name(schedule: list[int]) -> str:
-    """A dense pruning schedule by its number of stages, e.g. [2, 4] -> "2-stage"."""
+    """A dense pruning schedule by its number of stages, e.g. [2, 4] -> "2-stage".
+
+    Args:
+        schedule: block indices.
+
+    Returns:
+        "<stages>-stage".
+    """
     return f"{len(schedule)}-stage"
 
 
@@ -118,7 +213,14 @@ def write_degradation(outputs: dict[str, Path], metric: str, rows: list[dict], p
     """The headline of one degradation ``metric`` over its base-setting ``rows`` (the mean over
     seeds and images per method and η): the DVC metric ``<metric>.<method>.eta<100η>`` to
     ``outputs["headline"]``, and the plot rows against η, a field per method, to
-    ``outputs["degradation_plot"]`` (either skipped when absent)."""
+    ``outputs["degradation_plot"]`` (either skipped when absent).
+
+    Args:
+        outputs: output name -> path.
+        metric: the degradation's name.
+        rows: rows with method, ratio and mean.
+        provenance: the header both files start with.
+    """
     write_metrics(outputs.get("headline"),
                   {metric: nest(rows, ("method", "ratio"), "mean", {"ratio": eta_key})}, provenance)
     write_plot(outputs.get("degradation_plot"), wide(rows, "ratio", "mean", "method", METHODS), provenance)

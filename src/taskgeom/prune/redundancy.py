@@ -19,8 +19,20 @@ NEAR_DUPLICATE = 0.99  # key cosine above which two tokens count as near-duplica
 @torch.no_grad()
 def near_duplicate_share(host: ProbeHost, images: Tensor, layer: int, batch_size: int, device: str = "cpu",
                          threshold: float = NEAR_DUPLICATE) -> float:
-    """images (B, 3, H, W) -> the share of patch-token pairs (i < j, per image) whose keys at block
-    ``layer`` have cosine above ``threshold``, over all images."""
+    """The share of patch-token pairs (i < j, per image) whose keys at block ``layer`` have cosine
+    above ``threshold``, over all images.
+
+    Args:
+        host: the frozen model.
+        images: (B, 3, H, W) preprocessed images.
+        layer: the block whose attention keys are compared.
+        batch_size: images per forward pass.
+        device: where the host runs.
+        threshold: the key cosine above which a pair counts.
+
+    Returns:
+        The share in [0, 1].
+    """
     dtype = next(host.parameters()).dtype
     near, pairs = 0, 0
     for start in range(0, len(images), batch_size):

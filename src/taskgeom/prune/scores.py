@@ -23,7 +23,13 @@ NEEDS_STATS = frozenset({"tome_score", "evit", "tome"})
 
 @dataclass
 class LearnedMetric:
-    """An importance head (and for soft merging an SPN) trained on ``base`` and used on any grid."""
+    """An importance head (and for soft merging an SPN) trained on ``base`` and used on any grid.
+
+    Attributes:
+        head: the importance head.
+        base: the token grid the head (and SPN) were trained on.
+        spn: the Spectral Pullback Network, for importance-guided merging; else None.
+    """
 
     head: ImportanceHead
     base: Grid
@@ -38,18 +44,48 @@ class LearnedMetric:
         return self._tables[key]
 
     def importance(self, h: Tensor, idx: Tensor, grid: Grid) -> Tensor:
-        """h (B, K, D) at original positions idx (B, K) -> predicted importance (B, K)."""
+        """Predicted importance of the current tokens, their positions resampled to ``grid``.
+
+        Args:
+            h: (B, K, D) the current tokens.
+            idx: (B, K) their original positions in the full sequence.
+            grid: the token grid of the images.
+
+        Returns:
+            (B, K) predicted importance (standardised log scale; higher = keep).
+        """
         return self.head(h, self._pos(self.head, grid)[idx])
 
     def metric(self, h: Tensor, grid: Grid) -> PredictedMetric:
-        """Every token of the grid, h (B, N, D) -> the SPN's predicted metric."""
+        """The SPN's predicted metric of every token of the grid.
+
+        Args:
+            h: (B, N, D) every token of the grid.
+            grid: the token grid of the images.
+
+        Returns:
+            The PredictedMetric: U (B, N·D, r), lam (B, r), eps (B,).
+
+        Raises:
+            ValueError: no SPN was given.
+        """
         if self.spn is None:
             raise ValueError("importance-guided merging measures nearness with an SPN; none was given")
         return self.spn(h, self._pos(self.spn, grid)[None].expand(h.shape[0], -1, -1))
 
 
 def grid_of(ctx) -> Grid:
-    """The token grid in a host's embedding ctx (a Grid, or a tuple holding one first)."""
+    """The token grid in a host's embedding ctx (a Grid, or a tuple holding one first).
+
+    Args:
+        ctx: the context ``host.embed`` returned.
+
+    Returns:
+        The Grid.
+
+    Raises:
+        TypeError: ctx holds no Grid.
+    """
     grid = ctx[0] if isinstance(ctx, tuple) else ctx
     if not isinstance(grid, Grid):
         raise TypeError(f"pruning needs the token grid in the host's ctx; got {type(ctx).__name__}")
@@ -58,7 +94,23 @@ def grid_of(ctx) -> Grid:
 
 def scores_for(method: str, h: Tensor, idx: Tensor, stats: AttentionStats | None, grid: Grid,
                learned: LearnedMetric | None, generator: torch.Generator | None) -> Tensor:
-    """(B, K) scores of the current tokens under ``method``; higher = keep."""
+    """Scores of the current tokens under ``method``; higher = keep.
+
+    Args:
+        method: importance, tome_score, evit or random (``METHODS``; tome merges without scores).
+        h: (B, K, D) the current tokens.
+        idx: (B, K) their original positions.
+        stats: the AttentionStats of the block just run (tome_score, evit).
+        grid: the token grid of the images.
+        learned: the importance head (importance).
+        generator: draws random's uniform scores (on the CPU).
+
+    Returns:
+        (B, K) scores.
+
+    Raises:
+        ValueError: an unknown method, or importance without a head.
+    """
     if method == "importance":
         if learned is None:
             raise ValueError("method 'importance' needs a trained importance head")

@@ -18,9 +18,20 @@ from taskgeom.prune.select import gather_tokens
 
 def merge_into_nearest(x: Tensor, size: Tensor, keep: Tensor, drop: Tensor, distance: Tensor,
                        weight: Tensor | None = None, prefix: int = 1) -> tuple[Tensor, Tensor]:
-    """x (B, N, C), size (B, N, 1), keep (B, K) ascending with the prefix first, drop (B, k),
-    distance (B, k, K − prefix) from each removed token to each kept patch token, weight (B, N) > 0
-    (None: size-weighted mean) -> merged x (B, K, C) and size (B, K, 1)."""
+    """Average every removed token into its nearest kept patch token, weights w_t · size_t.
+
+    Args:
+        x: (B, N, C) tokens.
+        size: (B, N, 1) the tokens each stands for.
+        keep: (B, K) kept positions, ascending with the prefix first.
+        drop: (B, k) removed positions.
+        distance: (B, k, K − prefix) from each removed token to each kept patch token.
+        weight: (B, N) > 0, or None for a size-weighted mean.
+        prefix: the leading tokens, which receive no merges.
+
+    Returns:
+        The merged tokens (B, K, C) and their sizes (B, K, 1).
+    """
     w = size if weight is None else size * weight[..., None]
     dest = distance.argmin(dim=-1) + prefix                               # (B, k) positions in keep
     idx = dest[..., None]
@@ -31,7 +42,17 @@ def merge_into_nearest(x: Tensor, size: Tensor, keep: Tensor, drop: Tensor, dist
 
 
 def cosine_distance(keys: Tensor, keep: Tensor, drop: Tensor, prefix: int = 1) -> Tensor:
-    """keys (B, N, C) -> 1 − cos between removed and kept patch tokens, (B, k, K − prefix)."""
+    """1 − cos of attention keys between removed and kept patch tokens.
+
+    Args:
+        keys: (B, N, C) keys averaged over heads.
+        keep: (B, K) kept positions, prefix first.
+        drop: (B, k) removed positions.
+        prefix: the leading tokens, left out as destinations.
+
+    Returns:
+        (B, k, K − prefix).
+    """
     k = keys / keys.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     return 1.0 - gather_tokens(k, drop) @ gather_tokens(k, keep[:, prefix:]).transpose(1, 2)
 
@@ -40,9 +61,17 @@ def pullback_distance(x: Tensor, metric: PredictedMetric, keep: Tensor, drop: Te
     """Single-token pullback distance d(t, s)² = (x_s − x_t)ᵀ g_t (x_s − x_t), with g_t the SPN's
     rank-r metric restricted to perturbations of token t alone: g_t = U_t diag(λ) U_tᵀ + εI, U_t the
     rows of the modes U for token t (App. D, "per-token marginal metric"). Moving t onto s costs
-    what the decoder's output would feel if t's features became s's.
+    what the decoder's output would feel if t's features became s's. O(k·K·D·r) per image.
 
-    x (B, N, D); metric.U (B, N·D, r) -> (B, k, K − prefix), in O(k·K·D·r) per image.
+    Args:
+        x: (B, N, D) tokens.
+        metric: the SPN's PredictedMetric at x, U (B, N·D, r).
+        keep: (B, K) kept positions, prefix first.
+        drop: (B, k) removed positions.
+        prefix: the leading tokens, left out as destinations.
+
+    Returns:
+        (B, k, K − prefix) squared distances.
     """
     b, n, d = x.shape
     U = metric.U.reshape(b, n, d, -1)

@@ -17,8 +17,12 @@ from torch import Tensor
 
 @dataclass
 class AttentionStats:
-    """keys (B, N, head_dim): attention keys averaged over heads (ToMe's metric);
-    cls_attn (B, N): the class token's attention to every token, averaged over heads (EViT's)."""
+    """The attention statistics the baselines select tokens by, from one block's pass.
+
+    Attributes:
+        keys: (B, N, head_dim) attention keys averaged over heads (ToMe's metric).
+        cls_attn: (B, N) the class token's attention to every token, averaged over heads (EViT's).
+    """
 
     keys: Tensor
     cls_attn: Tensor
@@ -26,18 +30,43 @@ class AttentionStats:
 
 def size_bias(size: Tensor | None) -> Tensor | None:
     """Proportional attention (ToMe): log of the tokens each token stands for, added to every
-    attention logit. size (B, N, 1) -> additive mask (B, 1, 1, N), or None."""
+    attention logit.
+
+    Args:
+        size: (B, N, 1) the tokens each token stands for, or None.
+
+    Returns:
+        (B, 1, 1, N), the additive mask log(size) over the key axis, or None.
+    """
     return None if size is None else size.log().transpose(1, 2)[:, None]
 
 
 def block_forward(block: Block, x: Tensor, size: Tensor | None = None) -> Tensor:
-    """One block, with proportional attention when ``size`` is given (fused attention kernels still apply)."""
+    """One block, with proportional attention when ``size`` is given (fused attention kernels still apply).
+
+    Args:
+        block: a timm ViT block.
+        x: (B, N, C) tokens entering the block.
+        size: (B, N, 1) the tokens each token stands for, or None.
+
+    Returns:
+        (B, N, C), the block's output.
+    """
     return block(x) if size is None else block(x, attn_mask=size_bias(size))
 
 
 def block_with_stats(block: Block, x: Tensor, size: Tensor | None = None) -> tuple[Tensor, AttentionStats]:
     """``block_forward`` with the attention computed explicitly so its keys and the class token's
-    attention come out of the same pass (scoring fused into the forward). x (B, N, C)."""
+    attention come out of the same pass (scoring fused into the forward).
+
+    Args:
+        block: a timm ViT block.
+        x: (B, N, C) tokens entering the block.
+        size: (B, N, 1) the tokens each token stands for, or None.
+
+    Returns:
+        The block's output (B, N, C) and AttentionStats: keys (B, N, head_dim), cls_attn (B, N).
+    """
     attn = block.attn
     h = block.norm1(x)
     B, N, C = h.shape
@@ -61,14 +90,34 @@ def block_with_stats(block: Block, x: Tensor, size: Tensor | None = None) -> tup
 
 @dataclass(frozen=True)
 class TimmAttentionBlock:
-    """One timm block as an attention block (see ``taskgeom.prune.blocks``)."""
+    """One timm block as an attention block (see ``taskgeom.prune.blocks``).
+
+    Attributes:
+        block: the timm ViT block.
+    """
 
     block: Block
 
     def forward(self, x: Tensor, size: Tensor | None = None) -> Tensor:
-        """``block_forward``."""
+        """``block_forward``.
+
+        Args:
+            x: (B, N, C) tokens entering the block.
+            size: (B, N, 1) the tokens each token stands for, or None.
+
+        Returns:
+            (B, N, C), the block's output.
+        """
         return block_forward(self.block, x, size)
 
     def with_stats(self, x: Tensor, size: Tensor | None = None) -> tuple[Tensor, AttentionStats]:
-        """``block_with_stats``."""
+        """``block_with_stats``.
+
+        Args:
+            x: (B, N, C) tokens entering the block.
+            size: (B, N, 1) the tokens each token stands for, or None.
+
+        Returns:
+            The block's output (B, N, C) and its AttentionStats.
+        """
         return block_with_stats(self.block, x, size)

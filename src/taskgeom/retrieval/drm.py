@@ -26,19 +26,22 @@ from taskgeom.metric.head import ImportanceHead
 class DecoderRetrievalMetric(nn.Module):
     """The Decoder Retrieval Metric: an importance head (per-token log weights) and a projection A.
 
-    Args:
-        head: the importance head whose scores s_t(F) give the token weights.
-        dim: D, the feature dimension.
-        rank: k, the rank of the projection A (k, D), initialised with orthonormal rows.
-        seed: seeds A's initialisation.
-
     Attributes:
+        head: the importance head whose scores s_t(F) give the token weights.
         A: (k, D) the learned projection.
         log_scale: log of d's unit, fitted by the regression; it scales every weight by
             exp(2·log_scale).
     """
 
     def __init__(self, head: ImportanceHead, dim: int, rank: int, seed: int = 0):
+        """A DRM with A's rows orthonormal and d's unit 1.
+
+        Args:
+            head: the importance head whose scores s_t(F) give the token weights.
+            dim: D, the feature dimension.
+            rank: k, the rank of the projection A (k, D), initialised with orthonormal rows.
+            seed: seeds A's initialisation.
+        """
         super().__init__()
         self.head = head
         g = torch.Generator().manual_seed(seed)

@@ -1,8 +1,9 @@
 """The ``sources`` stage: index one image source of ``sources`` in params.yaml and check it.
 
-Every selected item is decoded once (a corrupt file stops the pipeline here, before any
-experiment, naming the file), and the index records what the source holds: its settings, the
-selected items' keys and labels, and a sha256 of the content of every file behind them. Stages
+Every selected item is decoded once, and every chunk of a world file read against its checksum
+(a corrupt or damaged file stops the pipeline here, before any experiment, naming the file and
+what to do), and the index records what the source holds: its settings, the selected items'
+keys and labels, and a sha256 of the content of every file behind them. Stages
 that read the source depend on this index, so a source whose selection or content changes
 reruns its readers, and one that does not leaves them alone. Data sets outside the pipeline are
 taken as fixed releases: after replacing their files, rerun this stage (``snakemake -R sources``
@@ -16,6 +17,7 @@ import re
 from pathlib import Path
 
 from taskgeom.artifacts.atomic import write_json
+from taskgeom.data.hdf5 import verify_store
 from taskgeom.data.sources import Source, open_source
 from taskgeom.pipeline.runtime import StageContext
 
@@ -41,8 +43,10 @@ def backing_files(source: Source) -> list[Path]:
 
 def run(ctx: StageContext) -> None:
     source = open_source(ctx.wildcard, ctx.params["sources"])
-    source.check()
     files = backing_files(source)
+    for path in files if source.spec["kind"] == "world" else ():
+        verify_store(path, "world")  # every chunk, each against its checksum, not only the selected items'
+    source.check()
     content = hashlib.sha256("".join(f"{p}\t{file_digest(p)}\n" for p in ctx.progress(files, desc="hash")).encode())
     ctx.log.info("source %s: %d items from %d file(s), %s", ctx.wildcard, len(source), len(files),
                  "labelled" if (source.labels >= 0).any() else "unlabelled")

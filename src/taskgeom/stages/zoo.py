@@ -1,7 +1,7 @@
 """The ``zoo`` stage: train one tiny model on its ``train`` source (a world split), evaluate
 it on its ``test`` source against a trivial baseline, and save it; or import one of the
 paper's models from its local weights and evaluate it zero-shot on its sources
-(``models/pretrained.py``), recording what it saw.
+(``models/pretrained.py``), recording what it saw and the architecture its checkpoint chose.
 
 Training is resumable and deterministic: the batch of step s depends only on
 (seed, s), and every ``CHECKPOINT_EVERY`` steps the model, the optimizer and the
@@ -21,6 +21,7 @@ from torch import nn
 
 from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
+from taskgeom.artifacts.checkpoints import CheckpointError
 from taskgeom.artifacts.tables import write_table
 from taskgeom.data.batches import InputDigest
 from taskgeom.data.sources import Source, SourceError, open_indexed, world_arrays
@@ -101,8 +102,11 @@ def write_dvc_files(ctx: StageContext, metrics: dict[str, float], curve: list[tu
 
 def run_pretrained(ctx: StageContext, cfg: dict) -> None:
     """Import one of the paper's models from its local weights and evaluate it zero-shot."""
-    host = pretrained.load(cfg, ctx.device)
-    entry = pretrained.architecture(cfg)
+    try:
+        host = pretrained.load(cfg, ctx.device)
+    except CheckpointError as err:  # the checkpoint's config disagrees with the entry's overrides
+        raise CheckpointError(f"zoo.{ctx.wildcard}: {err}") from None
+    entry = pretrained.architecture(cfg, host)
     train, test = (preprocess.open_for_host(ctx.inputs[f"source_{role}"], ctx.params.get("sources"), host, entry,
                                             f"zoo.{ctx.wildcard}.sources.{role}")[0] for role in ("train", "test"))
     prep, digest = preprocess.for_host(host, entry), InputDigest()

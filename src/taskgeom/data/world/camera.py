@@ -12,20 +12,44 @@ from taskgeom.data.world.scene import UP
 @dataclass(frozen=True, eq=False)  # eq=False: arrays have no truth value; compare by identity
 class Camera:
     """Pinhole camera with square pixels and a centred principal point; the
-    field of view spans the image width (= height, images are square)."""
+    field of view spans the image width (= height, images are square).
+
+    Attributes:
+        cam_to_world: (4, 4) float64, camera-frame points to world-frame points (OpenCV axes).
+        fov_deg: the field of view across the image, in degrees.
+    """
 
     cam_to_world: np.ndarray = field(repr=False)  # (4, 4) float64
     fov_deg: float
 
     def K(self, resolution: int) -> np.ndarray:
-        """(3, 3) float64 intrinsics for a resolution x resolution image."""
+        """(3, 3) float64 intrinsics for a resolution x resolution image.
+
+        Args:
+            resolution: the image side in pixels.
+
+        Returns:
+            K with f = resolution / (2 tan(fov / 2)) and principal point (resolution − 1) / 2.
+        """
         f = 0.5 * resolution / np.tan(np.radians(self.fov_deg) / 2)
         c = (resolution - 1) / 2  # OpenCV pixel centres, see the package docstring
         return np.array([[f, 0.0, c], [0.0, f, c], [0.0, 0.0, 1.0]])
 
 
 def look_at(eye: np.ndarray, target: np.ndarray, fov_deg: float) -> Camera:
-    """Camera at `eye` looking at `target`, image x axis level (no roll)."""
+    """Camera at `eye` looking at `target`, image x axis level (no roll).
+
+    Args:
+        eye: (3,) the camera centre, world frame.
+        target: (3,) the point on the optical axis.
+        fov_deg: the field of view in degrees.
+
+    Returns:
+        The Camera.
+
+    Raises:
+        ValueError: the viewing direction is vertical.
+    """
     eye, target = np.asarray(eye, float), np.asarray(target, float)
     z = target - eye
     x = np.cross(z, UP)  # right = forward x up for an OpenCV (y-down) camera
@@ -38,8 +62,16 @@ def look_at(eye: np.ndarray, target: np.ndarray, fov_deg: float) -> Camera:
 
 
 def relative_pose(cam_to_world_a: np.ndarray, cam_to_world_b: np.ndarray) -> np.ndarray:
-    """Pose of camera b in camera a's frame: (..., 4, 4) T_ab = T_a^-1 T_b,
-    mapping b-frame points to a-frame points."""
+    """Pose of camera b in camera a's frame: T_ab = T_a^-1 T_b, mapping b-frame points to a-frame
+    points (T_a inverted rigidly, exactly).
+
+    Args:
+        cam_to_world_a: (..., 4, 4) rigid camera-to-world poses.
+        cam_to_world_b: (..., 4, 4), broadcast against a.
+
+    Returns:
+        (..., 4, 4) float64.
+    """
     a = np.asarray(cam_to_world_a, dtype=np.float64)
     rot_t = np.swapaxes(a[..., :3, :3], -1, -2)
     a_inv = np.zeros_like(a)
@@ -50,8 +82,15 @@ def relative_pose(cam_to_world_a: np.ndarray, cam_to_world_b: np.ndarray) -> np.
 
 
 def backproject(depth: np.ndarray, K: np.ndarray) -> np.ndarray:
-    """Camera-frame points (..., H, W, 3) of z-depth (..., H, W) under
-    intrinsics K (..., 3, 3), OpenCV pixel centres: X = (j - cx) z / fx."""
+    """Camera-frame points of z-depth under intrinsics K, OpenCV pixel centres: X = (j - cx) z / fx.
+
+    Args:
+        depth: (..., H, W) z-depth.
+        K: (..., 3, 3) intrinsics.
+
+    Returns:
+        (..., H, W, 3) points (x right, y down, z forward), in depth's dtype.
+    """
     depth = np.asarray(depth)
     K = np.asarray(K, dtype=np.float64)
     h, w = depth.shape[-2:]

@@ -23,7 +23,7 @@ def _thicken(mask: np.ndarray, width: int) -> np.ndarray:
 
 
 def sketch(view: Render) -> np.ndarray:
-    """Pencil line drawing (H,W,3) uint8 of a rendered view.
+    """Pencil line drawing of a rendered view.
 
     Dark contours where object ids change (drawn on the nearer side, so they
     hug occluding silhouettes at depth discontinuities) and at creases
@@ -31,6 +31,12 @@ def sketch(view: Render) -> np.ndarray:
     so the class (shape x pattern) stays recognisable; diagonal hatching on
     objects' shaded sides (cross-hatching where darkest); paper elsewhere.
     Line widths and hatch spacing scale with resolution / 64.
+
+    Args:
+        view: the rendered view (its object ids, depth, normals, pattern and shade, (H, W)).
+
+    Returns:
+        (H, W, 3) uint8.
     """
     ids, depth, normal, pattern = view.object_id, view.depth, view.normal, view.pattern
     h, w = ids.shape

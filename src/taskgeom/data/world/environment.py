@@ -35,7 +35,15 @@ def _profile(seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def hill_height(azimuth: np.ndarray, scene: Scene) -> np.ndarray:
-    """Height (P,) of the hills' skyline at azimuths (P,) (radians about +y)."""
+    """Height of the hills' skyline at the given azimuths (radians about +y).
+
+    Args:
+        azimuth: (P,) radians.
+        scene: an outdoor scene with hills.
+
+    Returns:
+        (P,) heights in metres.
+    """
     _, base, relief = scene.hills
     amp, phase = _profile(scene.texture_seed)
     k = np.arange(1, _PROFILE_TERMS + 1)
@@ -74,7 +82,17 @@ def _hit_room(o: np.ndarray, d: np.ndarray, scene: Scene) -> tuple[np.ndarray, n
 
 
 def cast(o: np.ndarray, d: np.ndarray, scene: Scene) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest hit of rays o, d (P, 3) on the surroundings: t (P,) (inf: sky) and part (P,)."""
+    """Nearest hit of rays on the surroundings.
+
+    Args:
+        o: (P, 3) ray origins, world frame.
+        d: (P, 3) ray directions.
+        scene: the scene (a room's box, or the ground and hills).
+
+    Returns:
+        t (P,) ray parameters (inf: sky) and part (P,), a code among GROUND, HILLS, WALL_X, WALL_Z,
+        CEILING.
+    """
     if scene.room is not None:
         return _hit_room(o, d, scene)
     t = _hit_ground(o, d)
@@ -92,7 +110,16 @@ def _mix(colors: tuple[tuple[float, ...], tuple[float, ...]], w: np.ndarray) -> 
 
 
 def surface(p: np.ndarray, part: np.ndarray, scene: Scene) -> tuple[np.ndarray, np.ndarray]:
-    """World normals and albedo (P, 3) at points p (P, 3) on parts (P,) of the surroundings."""
+    """World normals and albedo at points on parts of the surroundings.
+
+    Args:
+        p: (P, 3) world points.
+        part: (P,) their part codes (``cast``).
+        scene: the scene, whose seed and colours texture them.
+
+    Returns:
+        normals (P, 3) and albedo (P, 3) in [0, 1].
+    """
     seed = scene.texture_seed
     normal, albedo = np.zeros_like(p), np.zeros_like(p)
     g = part == GROUND
@@ -121,7 +148,16 @@ def _cloud_threshold(cover: float) -> float:
 
 
 def sky(o: np.ndarray, d: np.ndarray, scene: Scene) -> np.ndarray:
-    """Sky colour (P, 3) along rays o, d (P, 3): horizon to zenith, with clouds above."""
+    """Sky colour along rays: horizon to zenith, with clouds above (outdoors).
+
+    Args:
+        o: (P, 3) ray origins.
+        d: (P, 3) ray directions.
+        scene: the scene (its sky colours, cloud cover and light).
+
+    Returns:
+        (P, 3) RGB colours.
+    """
     horizon, zenith = (np.asarray(c, float) for c in scene.sky_colors)
     up = d[:, 1] / np.linalg.norm(d, axis=1)
     colour = horizon + (np.clip(up, 0.0, 1.0) ** 0.6)[:, None] * (zenith - horizon)

@@ -54,7 +54,14 @@ def fractal_mask(seed: int) -> np.ndarray:
     """(GRID, GRID) bool occupancy of the fractal drawn from ``seed``: [row, column] = [y, x] cell,
     row 0 at the lowest y.
 
-    Systems are drawn until one fills FILL of its box (the last drawn after 50 tries)."""
+    Systems are drawn until one fills FILL of its box (the last drawn after 50 tries).
+
+    Args:
+        seed: the fractal's seed.
+
+    Returns:
+        (GRID, GRID) bool, read-only (cached).
+    """
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(11,)))
     for _ in range(50):
         mask = _rasterise(*_system(rng), rng)

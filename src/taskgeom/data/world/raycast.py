@@ -26,10 +26,17 @@ _SHADOW_OFFSET = 1e-4  # shadow rays start this far off the surface, along its n
 
 @dataclass(frozen=True)
 class Render:
-    """One rendered view. rgb (H,W,3) uint8, depth (H,W) float32 z-depth,
-    object_id (H,W) int16, normal (H,W,3) float32 world-space (0 on sky),
-    shade (H,W) float32 light factor in [ambient, 1] (1 on sky),
-    pattern (H,W) bool, True where an object shows its pattern colour."""
+    """One rendered view, every array (H, W) or (H, W, 3), H = W.
+
+    Attributes:
+        rgb: (H, W, 3) uint8.
+        depth: (H, W) float32 z-depth, max_depth where nothing is hit (sky, beyond the far plane).
+        object_id: (H, W) int16: k + 1 on the scene's k-th primitive, 0 on the surroundings, −1 where
+            nothing is hit within the far plane (sky included).
+        normal: (H, W, 3) float32 world-space normals (0 on sky).
+        shade: (H, W) float32 light factor in [ambient, 1] (1 on sky).
+        pattern: (H, W) bool, True where an object shows its pattern colour.
+    """
 
     rgb: np.ndarray
     depth: np.ndarray
@@ -252,7 +259,17 @@ def _lit(p: np.ndarray, normal: np.ndarray, scene: Scene, obj: dict[str, np.ndar
 
 
 def render(scene: Scene, camera: Camera, resolution: int, max_depth: float = 50.0) -> Render:
-    """Ray-cast one resolution x resolution view of `scene` (see the package conventions)."""
+    """Ray-cast one resolution x resolution view of `scene` (see the package conventions).
+
+    Args:
+        scene: the scene.
+        camera: the camera.
+        resolution: the image side in pixels.
+        max_depth: the far plane, metres.
+
+    Returns:
+        The Render.
+    """
     o, d = _rays(camera, resolution)
     obj = _object_arrays(scene)
     t_obj, k_obj = _cast_objects(o, d, obj)

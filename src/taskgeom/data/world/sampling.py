@@ -109,7 +109,16 @@ def sample_scene(seed: int, index: int, spec: WorldSpec = DEFAULT_SPEC) -> Scene
     """Scene `index` of the world `seed`: a room with probability `spec.room_share`, else an
     outdoor scene. The main object (uniform over the classes; smaller in rooms) stands within
     0.2 m of the origin; the others stand on a ring around it, spaced in angle and clear of it
-    and of each other; rooms add 2-4 pieces of furniture against their walls."""
+    and of each other; rooms add 2-4 pieces of furniture against their walls.
+
+    Args:
+        seed: the world's seed.
+        index: the scene's index; scene i draws from its own stream, so scenes are independent.
+        spec: the ranges sampled from.
+
+    Returns:
+        The Scene.
+    """
     rng = _rng(seed, index, 0)
     room = bool(rng.uniform() < spec.room_share)
     n = int(rng.integers(spec.num_objects[0], spec.num_objects[1] + 1))
@@ -138,7 +147,18 @@ def sample_cameras(scene: Scene, seed: int, index: int, views: int, spec: WorldS
     """`views` cameras around the main object of scene `index`. Each looks at
     the main object's centre (jittered by ~0.1 m) from an azimuth chosen among
     8 random candidates so its line of sight clears the other objects'
-    footprints where possible."""
+    footprints where possible; later views stay within ±60° of the first's azimuth.
+
+    Args:
+        scene: the scene (``sample_scene(seed, index, spec)``).
+        seed: the world's seed.
+        index: the scene's index; view v draws from its own stream.
+        views: cameras.
+        spec: the ranges sampled from.
+
+    Returns:
+        ``views`` Cameras.
+    """
     main, others = scene.objects[0], scene.objects[1:]
     target = np.asarray(main.center)
     centers = np.array([p.center for p in others]).reshape(-1, 3)[:, [0, 2]]
@@ -179,10 +199,24 @@ def _segment_clearance(starts: np.ndarray, end: np.ndarray, centers: np.ndarray,
 
 def render_split(num_scenes: int, seed: int, resolution: int, views: int = 1,
                  spec: WorldSpec = DEFAULT_SPEC, start: int = 0) -> dict[str, np.ndarray]:
-    """Scenes start..start+num_scenes-1 of the world with this seed. Returns
-    rgb (S,V,H,W,3) uint8, sketch (S,V,H,W,3) uint8, depth (S,V,H,W) float32,
-    K (S,V,3,3) float32, cam_to_world (S,V,4,4) float32, label (S,) int64,
-    family (S,) int8 (index into FAMILIES), object_id (S,V,H,W) int16."""
+    """Scenes start..start+num_scenes-1 of the world with this seed, each from ``views`` cameras.
+
+    Args:
+        num_scenes: S.
+        seed: the world's seed.
+        resolution: H = W.
+        views: V.
+        spec: the ranges sampled from.
+        start: the first scene's index.
+
+    Returns:
+        rgb (S,V,H,W,3) uint8, sketch (S,V,H,W,3) uint8, depth (S,V,H,W) float32,
+        K (S,V,3,3) float32, cam_to_world (S,V,4,4) float32, label (S,) int64,
+        family (S,) int8 (index into FAMILIES), object_id (S,V,H,W) int16.
+
+    Raises:
+        ValueError: a negative count or start, or views or resolution below 1.
+    """
     if num_scenes < 0 or start < 0 or views < 1 or resolution < 1:
         raise ValueError(f"render_split: need num_scenes, start >= 0 and views, resolution >= 1, got "
                          f"{num_scenes=}, {start=}, {views=}, {resolution=}")

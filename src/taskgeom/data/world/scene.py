@@ -27,6 +27,19 @@ class WorldSpec:
     value, as NYU-Depth-V2 comes from one camera, so that a room's metric depth
     is not confounded with an unknown focal length.
     `room_share` is the probability that a scene is a room.
+
+    Attributes:
+        num_objects: (low, high) objects per scene, the main object included (low ≥ 1).
+        fov_deg: (low, high) outdoor field of view, degrees in (0, 180).
+        camera_distance: (low, high) outdoor horizontal distance to the main object.
+        camera_height: (low, high) outdoor camera height (low > 0).
+        max_depth: the far plane (> 0).
+        room_share: the probability that a scene is a room.
+        room_size: (low, high) a room's half-widths.
+        room_height: (low, high) a room's ceiling height.
+        room_camera_distance: (low, high) in rooms; at least 0.5 m inside the walls.
+        room_camera_height: (low, high) in rooms; at least 0.3 m below the ceiling.
+        room_fov_deg: (low, high) in rooms, degrees in (0, 180).
     """
 
     num_objects: tuple[int, int] = (3, 6)
@@ -42,6 +55,11 @@ class WorldSpec:
     room_fov_deg: tuple[float, float] = (45.0, 70.0)
 
     def __post_init__(self) -> None:
+        """Check every range.
+
+        Raises:
+            ValueError: a range with low > high, or a value outside its bounds, naming the field.
+        """
         for name in ("num_objects", "fov_deg", "camera_distance", "camera_height", "room_size", "room_height",
                      "room_camera_distance", "room_camera_height", "room_fov_deg"):
             lo, hi = getattr(self, name)
@@ -62,7 +80,11 @@ class WorldSpec:
             raise ValueError("WorldSpec: room cameras must stay 0.5 m inside the walls and 0.3 m below the ceiling")
 
     def as_dict(self) -> dict:
-        """Plain values (tuples as lists) for HDF5 attributes and JSON."""
+        """Plain values (tuples as lists) for HDF5 attributes and JSON.
+
+        Returns:
+            field name -> value.
+        """
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
@@ -79,6 +101,19 @@ class Primitive:
     Texture: solid 3-D pattern in the object's yaw frame, `frequency` cycles
     per metre (`textures.pattern_mask`), its colours modulated by fractal
     noise; `texture_seed` seeds the noise, the spots, the veins, the fractal.
+
+    Attributes:
+        shape: one of SHAPES.
+        center: (3,) world position, metres.
+        half_size: (3,) half-extents (above).
+        yaw: radians about +y.
+        color: RGB in [0, 1] of the base.
+        pattern_color: RGB in [0, 1] of the pattern.
+        pattern: one of PATTERNS.
+        frequency: pattern cycles per metre.
+        stripe_dir: (3,) the stripes' direction in the object frame.
+        phase: (3,) offset, metres, added to object-frame points before scaling by `frequency`.
+        texture_seed: seeds the texture (and a fractal's shape).
     """
 
     shape: str
@@ -94,6 +129,11 @@ class Primitive:
     texture_seed: int = 0
 
     def __post_init__(self) -> None:
+        """Check the shape and pattern.
+
+        Raises:
+            ValueError: a shape not in SHAPES or a pattern not in PATTERNS.
+        """
         if self.shape not in SHAPES or self.pattern not in PATTERNS:
             raise ValueError(f"Primitive: shape must be in {SHAPES} and pattern in {PATTERNS}, "
                              f"got {self.shape!r}, {self.pattern!r}")
@@ -118,6 +158,21 @@ class Scene:
     metres and smaller), `wall_colors` the walls' and the hills' palette; `texture_seed` seeds
     every surrounding texture. With `texture_seed` 0 and `room`, `hills` None the surroundings
     are plain: a single-colour ground and a cloudless sky (hand-made test scenes).
+
+    Attributes:
+        objects: the primitives, the main object first.
+        light_dir: (3,) towards the sun, normalised on use.
+        ground_colors: two RGB ends of the ground's or floor's palette.
+        sky_colors: RGB at the horizon and at the zenith.
+        wall_colors: two RGB ends of the walls' and hills' palette.
+        light_color: RGB of the light.
+        ambient: the share of light reaching surfaces facing away from it.
+        leaf_size: the largest dead-leaves size, metres.
+        clouds: the sky's cloud cover, in [0, 1].
+        hills: (radius, base height, relief) outdoors, or None.
+        room: (half-width x, ceiling height, half-width z), or None outdoors.
+        light_pos: (3,) the lamp in a room, or None.
+        texture_seed: seeds every surrounding texture.
     """
 
     objects: tuple[Primitive, ...]

@@ -34,7 +34,16 @@ def _splitmix(x: np.ndarray) -> np.ndarray:
 
 
 def hash_uniform(coords: np.ndarray, seed: int, count: int) -> np.ndarray:
-    """Integer lattice coordinates (..., D) and a seed -> (..., count) uniforms in [0, 1)."""
+    """Integer lattice coordinates and a seed -> uniforms in [0, 1), by chained SplitMix64.
+
+    Args:
+        coords: (..., D) integer coordinates.
+        seed: the hash's seed.
+        count: uniforms per point.
+
+    Returns:
+        (..., count) float64 in [0, 1), 53-bit.
+    """
     with np.errstate(over="ignore"):
         h = _splitmix(np.full(coords.shape[:-1], np.uint64(seed % 2**64), dtype=np.uint64))
         for i in range(coords.shape[-1]):
@@ -59,22 +68,42 @@ def _waves(seed: int, dims: int, octaves: int, per_octave: int) -> tuple[np.ndar
 
 def fractal_noise(points: np.ndarray, seed: int, base_frequency: float, octaves: int = 5,
                   per_octave: int = 3) -> np.ndarray:
-    """Scale-invariant noise at points (P, D) -> (P,), zero mean, unit variance.
+    """Scale-invariant noise, zero mean, unit variance: a sum of random plane waves.
 
-    Frequencies run from ``base_frequency`` (cycles per unit) over ``octaves`` octaves."""
+    Frequencies run from ``base_frequency`` (cycles per unit) over ``octaves`` octaves.
+
+    Args:
+        points: (P, D) points.
+        seed: the noise's seed.
+        base_frequency: the lowest frequency, cycles per unit.
+        octaves: octaves of frequency above it.
+        per_octave: waves per octave.
+
+    Returns:
+        (P,) values.
+    """
     waves, phase = _waves(int(seed), points.shape[-1], octaves, per_octave)
     arg = 2 * np.pi * base_frequency * (points @ waves.T) + phase
     return np.cos(arg).sum(axis=-1) * np.sqrt(2.0 / len(phase))
 
 
 def dead_leaves(xy: np.ndarray, seed: int, sizes: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Dead leaves at 2-D points (P, 2): per point the index of the covering leaf's colour draw
-    (a uniform in [0, 1), -1 where no leaf covers it) and a per-leaf shade uniform, both (P,).
+    """Dead leaves at 2-D points: per point the index of the covering leaf's colour draw
+    (a uniform in [0, 1), -1 where no leaf covers it) and a per-leaf shade uniform.
 
     One layer of discs per cell size in ``sizes`` (units of ``xy``): each lattice cell holds one
     disc, centre uniform in the cell, radius 0.25-0.7 cells; every disc draws a random stacking
     order, and a point shows the topmost disc covering it (the 3×3 neighbouring cells of each
-    layer hold every disc that can reach it)."""
+    layer hold every disc that can reach it).
+
+    Args:
+        xy: (P, 2) points.
+        seed: the texture's seed.
+        sizes: cell sizes, one layer each.
+
+    Returns:
+        colour (P,) and shade (P,), both float64.
+    """
     best_z = np.full(len(xy), -1.0)
     colour, shade = np.full(len(xy), -1.0), np.zeros(len(xy))
     offsets = np.array([(i, j) for i in (-1, 0, 1) for j in (-1, 0, 1)])
@@ -94,9 +123,17 @@ def dead_leaves(xy: np.ndarray, seed: int, sizes: tuple[float, ...]) -> tuple[np
 
 
 def spots(u: np.ndarray, seed: int) -> np.ndarray:
-    """Polka dots in 3-D: in each unit cell of u (P, 3), a ball of radius 0.2-0.35 around a
+    """Polka dots in 3-D: in each unit cell of u, a ball of radius 0.2-0.35 around a
     random point of the cell's central half; True inside (the cells of u's 27 neighbours are not
-    needed: a ball stays inside its cell)."""
+    needed: a ball stays inside its cell).
+
+    Args:
+        u: (P, 3) texture coordinates.
+        seed: the texture's seed.
+
+    Returns:
+        (P,) bool.
+    """
     cell = np.floor(u).astype(np.int64)
     r = hash_uniform(cell, seed, 4)
     centre = cell + 0.25 + 0.5 * r[:, :3]
@@ -105,9 +142,22 @@ def spots(u: np.ndarray, seed: int) -> np.ndarray:
 
 
 def pattern_mask(pattern: str, u: np.ndarray, stripe_dir: np.ndarray, seed: int) -> np.ndarray:
-    """Where a texture shows its pattern colour, at texture coordinates u (P, 3) (cycles: object
-    frame × frequency). stripes: bands across ``stripe_dir`` (P, 3); checker: unit cubes; spots:
-    dots; marble: stripes bent by fractal noise (veins)."""
+    """Where a texture shows its pattern colour, at texture coordinates u (cycles: object
+    frame × frequency). stripes: bands across ``stripe_dir``; checker: unit cubes; spots:
+    dots; marble: stripes bent by fractal noise (veins).
+
+    Args:
+        pattern: stripes, checker, spots or marble.
+        u: (P, 3) texture coordinates.
+        stripe_dir: (P, 3) unit stripe directions.
+        seed: the texture's seed.
+
+    Returns:
+        (P,) bool.
+
+    Raises:
+        ValueError: an unknown pattern.
+    """
     along = np.einsum("pi,pi->p", u, stripe_dir)
     if pattern == "stripes":
         return np.floor(2.0 * along) % 2 == 1

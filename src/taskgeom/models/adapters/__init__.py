@@ -78,7 +78,16 @@ def resolve_weights_path(spec: AdapterSpec, path: str | Path | None) -> Path:
 
     Accepts a weight file, a directory with the weights, a hub cache repository directory
     (``models--org--name``, resolved to its snapshot) or a hub cache root holding it.
-    Raises FileNotFoundError naming the model when nothing is there.
+
+    Args:
+        spec: the model's spec.
+        path: the user's path (``~`` expanded).
+
+    Returns:
+        The weight file or directory.
+
+    Raises:
+        FileNotFoundError: nothing is there, naming the model and what to provide.
     """
     if path is None or not Path(path).expanduser().exists():
         raise _missing_weights(spec, path)
@@ -108,17 +117,39 @@ def _spec(name: str) -> AdapterSpec:
 def load_paper_model(name: str, path: str | Path | None = None, **overrides: Any) -> ProbeHost:
     """The paper model ``name`` with the local weights at ``path``, as a frozen probe host.
 
-    ``path``: a weight file, a directory holding the weights, or a Hugging Face cache (root or
-    repository dir). Nothing is ever downloaded: a missing path raises FileNotFoundError naming the
-    model and what to provide. ``overrides`` change the architecture (``PAPER_MODELS[name].tiny``
-    loads a small test checkpoint): timm ``create_model`` kwargs for the ViTs, flat config keys for
-    Depth Anything (checked against the checkpoint's config.json), Aggregator/head sizes for VGGT.
+    Nothing is ever downloaded.
+
+    Args:
+        name: a key of ``PAPER_MODELS``.
+        path: a weight file, a directory holding the weights, or a Hugging Face cache (root or
+            repository dir).
+        **overrides: change the architecture (``PAPER_MODELS[name].tiny`` loads a small test
+            checkpoint): timm ``create_model`` kwargs for the ViTs, flat config keys for Depth
+            Anything (checked against the checkpoint's config.json), Aggregator/head sizes for VGGT.
+
+    Returns:
+        The frozen host.
+
+    Raises:
+        KeyError: an unknown model.
+        FileNotFoundError: a missing path, naming the model and what to provide.
     """
     spec = _spec(name)
     return spec.build(resolve_weights_path(spec, path), overrides)
 
 
 def build_paper_model(name: str, tiny: bool = False) -> ProbeHost:
-    """The architecture of paper model ``name`` with random weights; ``tiny``: its small test config."""
+    """The architecture of paper model ``name`` with random weights; ``tiny``: its small test config.
+
+    Args:
+        name: a key of ``PAPER_MODELS``.
+        tiny: use ``PAPER_MODELS[name].tiny``.
+
+    Returns:
+        The frozen host.
+
+    Raises:
+        KeyError: an unknown model.
+    """
     spec = _spec(name)
     return spec.build(None, spec.tiny if tiny else {})

@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from taskgeom.artifacts.checkpoints import CheckpointError
 from taskgeom.models.adapters.spec import AdapterSpec
 from taskgeom.models.host import ProbeHost, freeze
 from taskgeom.models.vit import Grid
@@ -30,6 +31,12 @@ def depth_anything_config(**overrides: Any):
 
     Overrides are flat: keys of the head config go to the head, the rest to the DINOv2 backbone;
     ``patch_size`` goes to both, and the neck's input width follows the backbone's ``hidden_size``.
+
+    Args:
+        **overrides: keys of ``DEPTH_ANYTHING_HEAD`` or of ``Dinov2Config``.
+
+    Returns:
+        The transformers ``DepthAnythingConfig``.
     """
     from transformers import DepthAnythingConfig, Dinov2Config
 
@@ -44,14 +51,25 @@ def _as_list(value: Any) -> Any:
     return list(value) if isinstance(value, (list, tuple)) else value
 
 
-def _check_overrides(name: str, config: Any, overrides: Mapping[str, Any]) -> None:
+def _flat(config: Any, key: str) -> Any:
+    """The flat key ``key`` of a ``DepthAnythingConfig`` (head keys on it, the rest on its backbone's)."""
+    return _as_list(getattr(config if key in DEPTH_ANYTHING_HEAD else config.backbone_config, key, None))
+
+
+def _check_overrides(config_json: Path, config: Any, overrides: Mapping[str, Any]) -> None:
     """A checkpoint's config.json fixes the architecture: overrides must agree with it."""
     for key, want in overrides.items():
-        owner = config if key in DEPTH_ANYTHING_HEAD else config.backbone_config
-        have = getattr(owner, key, None)
-        if _as_list(have) != _as_list(want):
-            raise ValueError(f"paper model {name!r}: override {key}={want!r} disagrees with the checkpoint's "
-                             f"config.json ({key}={have!r})")
+        if (have := _flat(config, key)) != _as_list(want):
+            raise CheckpointError(f"{config_json}: {key} is {have!r} where the overrides ask {want!r}; drop "
+                                  f"overrides.{key} (the checkpoint's config sets it) or use a checkpoint of that size")
+
+
+def loaded_overrides(host: ProbeHost) -> dict[str, Any]:
+    """The flat overrides that build ``host``'s architecture: its config's keys that differ from
+    Depth-Anything-V2-Base (none for Base; e.g. the widths and depth of Small or Large)."""
+    config = host.model.config
+    return {key: _flat(config, key) for key, base in {**DEPTH_ANYTHING_BACKBONE, **DEPTH_ANYTHING_HEAD}.items()
+            if _flat(config, key) != _as_list(base)}
 
 
 class DepthAnythingHost(nn.Module):
@@ -66,6 +84,14 @@ class DepthAnythingHost(nn.Module):
     decoders = ("depth",)
 
     def __init__(self, model: nn.Module):
+        """Wrap ``model`` (not copied), reading its backbone's ``out_features`` as the read layers.
+
+        Args:
+            model: a ``DepthAnythingForDepthEstimation``.
+
+        Raises:
+            ValueError: a backbone that reshapes its hidden states, or a head reading the embedding.
+        """
         super().__init__()
         backbone = model.backbone
         cfg = backbone.config
@@ -82,19 +108,54 @@ class DepthAnythingHost(nn.Module):
         self.patch_size = int(model.config.patch_size)
 
     def decoder_layers(self, decoder: str) -> tuple[int, ...]:
+        """The encoder layers the neck reads (``out_indices`` − 1).
+
+        Args:
+            decoder: depth.
+
+        Returns:
+            ``read_layers``.
+        """
         return self.read_layers
 
     def embed(self, images: Tensor) -> tuple[Tensor, Grid]:
-        """images (B, 3, H, W) -> CLS + patch tokens (B, 1 + rows·cols, D), ctx = their Grid."""
+        """images (B, 3, H, W) -> CLS + patch tokens (B, 1 + rows·cols, D), ctx = their Grid.
+
+        Args:
+            images: (B, 3, H, W), sides multiples of the patch size.
+
+        Returns:
+            tokens (B, 1 + rows·cols, D) and their Grid.
+        """
         rows, cols = (s // self.patch_size for s in images.shape[-2:])
         tokens = self.model.backbone.embeddings(images)
         return tokens, Grid(tokens.shape[1] - rows * cols, rows, cols)
 
     def block(self, i: int, h: Tensor, ctx: Grid) -> Tensor:
+        """Encoder layer i.
+
+        Args:
+            i: the layer's index.
+            h: (B, T, D).
+            ctx: the Grid (unused).
+
+        Returns:
+            (B, T, D).
+        """
         out = self.model.backbone.encoder.layer[i](h)
         return out[0] if isinstance(out, tuple) else out  # transformers 4.x layers return (h, *extras)
 
     def decode(self, decoder: str, states: Mapping[int, Tensor], ctx: Grid) -> Tensor:
+        """The backbone's final layernorm (when ``apply_layernorm``), the neck and the head.
+
+        Args:
+            decoder: depth.
+            states: {i: (B, T, D)} for the read layers.
+            ctx: ``embed``'s Grid.
+
+        Returns:
+            (B, H·W) predicted depth, H = rows·patch, W = cols·patch.
+        """
         rows, cols = ctx.rows, ctx.cols
         norm = self.model.backbone.layernorm
         feats = [norm(states[i]) if self.apply_layernorm else states[i] for i in self.read_layers]
@@ -102,7 +163,14 @@ class DepthAnythingHost(nn.Module):
         return self.model.head(fused, rows, cols).flatten(1)  # (B, rows·p, cols·p) -> (B, H·W)
 
     def forward(self, images: Tensor) -> Tensor:
-        """The model's own forward: predicted depth (B, H, W)."""
+        """The model's own forward: predicted depth (B, H, W).
+
+        Args:
+            images: (B, 3, H, W).
+
+        Returns:
+            (B, H, W).
+        """
         return self.model(pixel_values=images).predicted_depth
 
 
@@ -129,7 +197,7 @@ def _build_depth_anything(path: Path | None, overrides: Mapping[str, Any]) -> Pr
         # local_files_only: never reach the hub; eager attention: jvp has no rule for fused SDPA on CPU.
         model = DepthAnythingForDepthEstimation.from_pretrained(
             str(directory), local_files_only=True, attn_implementation="eager")
-        _check_overrides(spec.name, model.config, overrides)
+        _check_overrides(directory / "config.json", model.config, overrides)
     _use_eager_attention(model)
     return freeze(DepthAnythingHost(model))
 
@@ -141,6 +209,7 @@ DEPTH_ANYTHING_V2 = AdapterSpec(
             "save_pretrained or downloaded from depth-anything/Depth-Anything-V2-Base-hf).",
     hf_repo="depth-anything/Depth-Anything-V2-Base-hf",
     build=_build_depth_anything,
+    loaded=loaded_overrides,
     tiny=dict(image_size=42, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
               out_indices=[1, 2, 3, 4], neck_hidden_sizes=[8, 16, 32, 32], fusion_hidden_size=16,
               head_hidden_size=8),

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from taskgeom.artifacts.checkpoints import CheckpointError
 from taskgeom.models.adapters.spec import WEIGHT_SUFFIXES, AdapterSpec, weight_files
 from taskgeom.models.host import ProbeHost, freeze, use_math_attention
 from taskgeom.models.vit import TimmViTHost
@@ -37,7 +38,15 @@ def _timm_builder(name: str, arch: str, defaults: Mapping[str, Any], project_cls
         if path is not None:
             overlay = _timm_weights_overlay(TIMM_MODELS[name], path, kwargs.get("num_classes", 0))
             kwargs["pretrained_cfg_overlay"] = overlay
-        vit = timm.create_model(model_name, pretrained=path is not None, **kwargs)
+        try:
+            vit = timm.create_model(model_name, pretrained=path is not None, **kwargs)
+        except RuntimeError as err:  # load_state_dict's list of every tensor that does not fit
+            if path is None or "size mismatch for " not in str(err):
+                raise
+            first = str(err).split("size mismatch for ", 1)[1].split("\n", 1)[0].rstrip(".")
+            raise CheckpointError(f"{path}: a checkpoint of another architecture than {model_name} with the "
+                                  f"overrides {dict(overrides)} ({first}); set the zoo entry's overrides to its "
+                                  "architecture (e.g. arch: and embed_dim:)") from None
         return freeze(TimmViTHost(use_math_attention(vit), project_cls=project_cls))
 
     return build

@@ -33,6 +33,15 @@ def _import_vggt():
 
 @dataclass(frozen=True)
 class VGGTCtx:
+    """What ``VGGTHost.embed`` passes to the blocks and decoders.
+
+    Attributes:
+        views: V.
+        tokens_per_view: T: the camera token, the register tokens and the patches of one view.
+        patch_start: the index of a view's first patch token.
+        pos: (B·V, T, 2) RoPE positions, or None without RoPE.
+        size: (H, W) of the images.
+    """
     views: int
     tokens_per_view: int
     patch_start: int
@@ -57,6 +66,16 @@ class VGGTHost(nn.Module):
     """
 
     def __init__(self, model: nn.Module, detach_camera_refinement: bool = False):
+        """Wrap ``model`` (not copied); its decoders are the heads it has.
+
+        Args:
+            model: upstream ``VGGT`` (or the same modules under their upstream names).
+            detach_camera_refinement: run upstream's camera head as it is, detaching between refinements.
+
+        Raises:
+            ImportError: the upstream ``vggt`` package is not installed.
+            ValueError: an aggregator other than alternating single frame and global blocks.
+        """
         super().__init__()
         self._vggt = _import_vggt()
         agg = model.aggregator
@@ -76,10 +95,25 @@ class VGGTHost(nn.Module):
         return tuple(j % self.depth for j in head.intermediate_layer_idx)
 
     def decoder_layers(self, decoder: str) -> tuple[int, ...]:
+        """The host states a decoder reads: {2j, 2j + 1} for each aggregator layer j its head reads.
+
+        Args:
+            decoder: camera, depth or pointmap.
+
+        Returns:
+            Block indices, ascending.
+        """
         return tuple(sorted({k for j in self._aggregator_layers(decoder) for k in (2 * j, 2 * j + 1)}))
 
     def embed(self, images: Tensor) -> tuple[Tensor, VGGTCtx]:
-        """images (B, V, 3, H, W) in [0, 1] -> (B, V·T, C), as the aggregator's forward up to its first block."""
+        """images (B, V, 3, H, W) in [0, 1] -> (B, V·T, C), as the aggregator's forward up to its first block.
+
+        Args:
+            images: (B, V, 3, H, W) in [0, 1], sides multiples of the patch size.
+
+        Returns:
+            tokens (B, V·T, C) and the VGGTCtx.
+        """
         agg, expand = self.model.aggregator, self._vggt["slice_expand_and_flatten"]
         b, v, c, hgt, wid = images.shape
         x = ((images - agg._resnet_mean) / agg._resnet_std).reshape(b * v, c, hgt, wid)
@@ -97,6 +131,16 @@ class VGGTHost(nn.Module):
         return tokens.reshape(b, v * t, d), VGGTCtx(v, t, agg.patch_start_idx, pos, (hgt, wid))
 
     def block(self, i: int, h: Tensor, ctx: VGGTCtx) -> Tensor:
+        """Host block i: frame block i / 2 (each view alone) for even i, global block (i − 1) / 2 for odd i.
+
+        Args:
+            i: the block's index.
+            h: (B, V·T, C).
+            ctx: ``embed``'s context.
+
+        Returns:
+            (B, V·T, C).
+        """
         agg = self.model.aggregator
         b, n, d = h.shape
         if i % 2 == 0:  # frame attention: each view on its own
@@ -115,6 +159,16 @@ class VGGTHost(nn.Module):
         return out
 
     def decode(self, decoder: str, states: Mapping[int, Tensor], ctx: VGGTCtx) -> Tensor:
+        """A head on the aggregator outputs built from the states it reads; confidences are dropped.
+
+        Args:
+            decoder: camera, depth or pointmap.
+            states: {i: (B, V·T, C)} for i in decoder_layers(decoder).
+            ctx: ``embed``'s context.
+
+        Returns:
+            camera (B, V·9), depth (B, V·H·W) or pointmap (B, V·H·W·3).
+        """
         tokens = self._tokens_list(self._aggregator_layers(decoder), states, ctx)
         b = states[self.decoder_layers(decoder)[0]].shape[0]
         if decoder == "camera":
@@ -144,7 +198,14 @@ class VGGTHost(nn.Module):
         return activate_pose(pred, trans_act=head.trans_act, quat_act=head.quat_act, fl_act=head.fl_act)
 
     def forward(self, images: Tensor) -> dict[str, Tensor]:
-        """The model's own forward (B, V, 3, H, W) -> its prediction dict."""
+        """The model's own forward (B, V, 3, H, W) -> its prediction dict.
+
+        Args:
+            images: (B, V, 3, H, W) in [0, 1].
+
+        Returns:
+            Upstream VGGT's prediction dict.
+        """
         return self.model(images)
 
 
