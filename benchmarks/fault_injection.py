@@ -72,6 +72,7 @@ from input_faults import damaged_world, other_size_checkpoint, small_dead_ends, 
 from taskgeom.pipeline import config
 from taskgeom.pipeline.registry import STAGES
 from taskgeom.pipeline.stage import resolve
+from taskgeom.pipeline.sync import FOLLOWED
 
 TARGETS, HEAD, DIAGNOSE = (next(s for s in STAGES if s.name == name) for name in ("targets", "head", "diagnose"))
 
@@ -205,6 +206,13 @@ def tampered_package(repo: Path, params: dict) -> tuple[bool, str]:
 # What a failed or refused run leaves, on a teammate's clone and under each front end (docs/failures.md)
 
 
+def in_step(repo: Path) -> None:
+    """Snakemake takes DVC's state afresh: earlier faults wrote files back with new dates, and a
+    Snakemake run since may have recorded only its own jobs."""
+    (repo / FOLLOWED).unlink(missing_ok=True)
+    sh(["snakemake", "-n"], repo)
+
+
 def up_to_date(repo: Path) -> bool:
     """Whether both front ends have nothing to rerun."""
     status, dry = sh(["dvc", "status", "--json"], repo), sh(["snakemake", "-n"], repo)
@@ -250,7 +258,7 @@ def fails_then_restored(repo: Path, address: str, outputs: list[Path], log: str)
 
 
 def failed_stage(repo: Path, params: dict) -> tuple[bool, str]:
-    sh(["snakemake", "-n"], repo)  # Snakemake takes DVC's state: the dates earlier faults moved
+    in_step(repo)
     head = first(params, "learn.heads")
     source = repo / f"data/targets/{config.get(params, 'learn.heads')[head]['probe']}/train.h5"
     before = source.read_bytes()
@@ -265,7 +273,7 @@ def failed_stage(repo: Path, params: dict) -> tuple[bool, str]:
 
 
 def stage_log_error(repo: Path, params: dict) -> tuple[bool, str]:
-    sh(["snakemake", "-n"], repo)
+    in_step(repo)
     _, model = diagnose_call(params)
     probe = first(params, "diagnose.probes")
     weights = repo / f"data/zoo/{model}/model.safetensors"
