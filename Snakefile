@@ -32,7 +32,8 @@ try:
     taskgeom_config.validate(config, "params.yaml")
 except taskgeom_config.ParamsError as err:
     sys.exit(f"taskgeom: error: {err}")
-follow_dvc(config)  # after `dvc repro`, `dvc checkout` or `dvc pull`: take DVC's state (pipeline/sync.py)
+if workflow.is_main_process:  # not in a job that a cluster runs with its own `snakemake`
+    follow_dvc(config)  # after `dvc repro`, `dvc checkout` or `dvc pull`: take DVC's state (pipeline/sync.py)
 
 
 wildcard_constraints:
@@ -64,4 +65,4 @@ include: "rules/report.smk"
 
 onsuccess:
     # Record in dvc.lock what this run brought up to date, so `dvc status` agrees (pipeline/sync.py).
-    commit_to_dvc(job.shellcmd for job in workflow.dag.jobs if job.shellcmd)
+    commit_to_dvc((job.shellcmd for job in workflow.dag.jobs if job.shellcmd), params=config)

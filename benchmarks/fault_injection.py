@@ -29,6 +29,14 @@ Each fault: what is injected -> the outcome expected.
 - small-dead-ends: `snakemake -R prune-dense` (DVC's stage name), a misspelt params key under
   Snakemake, an unknown probe or profile (one line listing the valid names), a Snakemake killed
   mid-job -> each works, or says in one line what to do (after a kill: --unlock, then a plain rerun).
+- pull-after-dry-run: a teammate's clone with dvc.lock committed runs `snakemake -n`, then `dvc pull`
+  -> `dvc status` and `snakemake -n` have nothing to rerun.
+- failed-stage: a head's target cache truncated -> Snakemake's job fails in one line naming the file,
+  and `dvc checkout` puts back the outputs Snakemake removed; `dvc repro -s` fails and keeps them.
+- rejected-params-dvc: an unknown key in params.yaml -> `dvc repro` refuses it by name; once restored,
+  `dvc status`, `dvc repro --dry` and `snakemake -n` have nothing to rerun.
+- stage-log-error: a corrupt checkpoint under DVC and Snakemake -> the stage log holds the one-line
+  error (no traceback); the outputs are kept (DVC) or put back (`dvc checkout`).
 
 Every fault ends by comparing every file under data/ and results/ with its digest before.
 
@@ -41,7 +49,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,8 +71,10 @@ from input_faults import damaged_world, other_size_checkpoint, small_dead_ends, 
 
 from taskgeom.pipeline import config
 from taskgeom.pipeline.registry import STAGES
+from taskgeom.pipeline.stage import resolve
+from taskgeom.pipeline.sync import FOLLOWED
 
-TARGETS = next(s for s in STAGES if s.name == "targets")
+TARGETS, HEAD, DIAGNOSE = (next(s for s in STAGES if s.name == name) for name in ("targets", "head", "diagnose"))
 
 Check = Callable[[Path, dict], tuple[bool, str]]
 
@@ -191,6 +203,104 @@ def tampered_package(repo: Path, params: dict) -> tuple[bool, str]:
     return refused(proc, "DO NOT MATCH THE HASHES")
 
 
+# What a failed or refused run leaves, on a teammate's clone and under each front end (docs/failures.md)
+
+
+def in_step(repo: Path) -> None:
+    """Snakemake takes DVC's state afresh: earlier faults wrote files back with new dates, and a
+    Snakemake run since may have recorded only its own jobs."""
+    (repo / FOLLOWED).unlink(missing_ok=True)
+    sh(["snakemake", "-n"], repo)
+
+
+def up_to_date(repo: Path) -> bool:
+    """Whether both front ends have nothing to rerun."""
+    status, dry = sh(["dvc", "status", "--json"], repo), sh(["snakemake", "-n"], repo)
+    return (status.returncode == 0 and json.loads(status.stdout or "{}") == {}
+            and "Nothing to be done" in dry.stdout + dry.stderr)
+
+
+def pull_after_dry_run(repo: Path, params: dict) -> tuple[bool, str]:
+    git = ["git", "-c", "user.email=faults@taskgeom", "-c", "user.name=taskgeom"]
+    with tempfile.TemporaryDirectory() as tmp:
+        clone = Path(tmp) / "clone"
+        sh(["git", "clone", "-q", str(repo), str(clone)], repo)
+        shutil.copyfile(repo / "dvc.lock", clone / "dvc.lock")
+        sh(["git", "add", "dvc.lock"], clone)
+        sh([*git, "commit", "-qm", "lock", "--allow-empty"], clone)
+        sh(["dvc", "remote", "add", "-d", "team", str(repo / ".dvc/cache")], clone)   # the cache as a remote
+        looked, pulled = sh(["snakemake", "-n"], clone), sh(["dvc", "pull"], clone)
+        ok = looked.returncode == 0 and pulled.returncode == 0 and up_to_date(clone)
+    return ok, f"snakemake -n, dvc pull rc {pulled.returncode}; then {'nothing to rerun' if ok else 'work planned'}"
+
+
+def stage_error(repo: Path, log: str) -> str:
+    """The stage log's error line, or what it holds instead; a traceback is named."""
+    text = (repo / log).read_text() if (repo / log).is_file() else ""
+    line = next((x for x in text.splitlines() if "taskgeom: error:" in x), "no error in the log")
+    return line.split("taskgeom: error: ", 1)[-1][:200] + ("; a traceback" if "Traceback" in text else "")
+
+
+def fails_then_restored(repo: Path, address: str, outputs: list[Path], log: str) -> tuple[bool, str]:
+    """Run a stage instance whose input is broken under DVC, then Snakemake, then `dvc checkout` it."""
+    published = {p: p.read_bytes() for p in outputs}
+    dvc = sh(["dvc", "repro", "-s", address], repo)
+    kept = {p: p.read_bytes() if p.exists() else None for p in outputs} == published
+    said = stage_error(repo, log)
+    smk = sh(["snakemake", "-c1", str(outputs[0].relative_to(repo))], repo)
+    removed = not any(p.exists() for p in outputs)
+    sh(["dvc", "checkout", address], repo)
+    back = {p: p.read_bytes() if p.exists() else None for p in outputs} == published
+    ok = dvc.returncode != 0 and smk.returncode != 0 and kept and back and said == stage_error(repo, log)
+    return ok, (f"{said}; DVC rc {dvc.returncode} {'kept' if kept else 'lost'} the outputs; Snakemake rc "
+                f"{smk.returncode} {'removed' if removed else 'kept'} them, `dvc checkout` "
+                f"{'put them back' if back else 'did not'}")
+
+
+def failed_stage(repo: Path, params: dict) -> tuple[bool, str]:
+    in_step(repo)
+    head = first(params, "learn.heads")
+    source = repo / f"data/targets/{config.get(params, 'learn.heads')[head]['probe']}/train.h5"
+    before = source.read_bytes()
+    source.write_bytes(before[:len(before) // 10])
+    try:
+        outputs = [repo / p for p in resolve(HEAD, params, head)[1].values()]
+        ok, what = fails_then_restored(repo, f"head@{head}", outputs, f"logs/head/{head}.log")
+    finally:
+        source.write_bytes(before)
+    clean = up_to_date(repo)
+    return ok and clean and str(source.relative_to(repo)) in what, what + ("; nothing to rerun" if clean else "")
+
+
+def stage_log_error(repo: Path, params: dict) -> tuple[bool, str]:
+    in_step(repo)
+    _, model = diagnose_call(params)
+    probe = first(params, "diagnose.probes")
+    weights = repo / f"data/zoo/{model}/model.safetensors"
+    before = weights.read_bytes()
+    weights.write_bytes(before[:8] + np.random.default_rng(0).bytes(16) + before[24:])
+    try:
+        outputs = [repo / p for p in resolve(DIAGNOSE, params, probe)[1].values()]
+        ok, what = fails_then_restored(repo, f"diagnose@{probe}", outputs, f"logs/diagnose/{probe}.log")
+    finally:
+        weights.write_bytes(before)
+    clean = up_to_date(repo)
+    return ok and clean and "traceback" not in what, what + ("; nothing to rerun" if clean else "")
+
+
+def rejected_params_dvc(repo: Path, params: dict) -> tuple[bool, str]:
+    path = repo / "params.yaml"
+    before = path.read_bytes()
+    path.write_bytes(before + b"\nno_such_key: 1\n")
+    try:
+        ok, what = refused(sh(["dvc", "repro"], repo), "no_such_key")
+    finally:
+        path.write_bytes(before)
+    dry = sh(["dvc", "repro", "--dry"], repo)
+    clean = dry.returncode == 0 and "Running stage" not in dry.stdout and up_to_date(repo)
+    return ok and clean, what + ("; restored: nothing to rerun" if clean else "; restored: work planned")
+
+
 FAULTS: dict[str, Check] = {
     "two-front-ends": two_front_ends,
     "non-finite-target": non_finite_target,
@@ -205,6 +315,10 @@ FAULTS: dict[str, Check] = {
     "two-setups": two_setups,
     "other-size-checkpoint": other_size_checkpoint,
     "small-dead-ends": small_dead_ends,
+    "pull-after-dry-run": pull_after_dry_run,
+    "failed-stage": failed_stage,
+    "rejected-params-dvc": rejected_params_dvc,
+    "stage-log-error": stage_log_error,
 }
 
 

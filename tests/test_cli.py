@@ -119,6 +119,35 @@ def test_a_stage_that_fails_leaves_the_last_published_set_untouched(tmp_path: Pa
     assert files() == published
 
 
+@pytest.mark.parametrize("error", ["a bad input", "a bug"])
+def test_the_stage_log_says_why_the_stage_failed(tmp_path: Path, monkeypatch, error: str):
+    """Snakemake points to the stage's log; under SLURM the command's stderr is another file."""
+    from taskgeom.data.hdf5 import StoreError
+    from taskgeom.stages import check_params
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copyfile(ROOT / "params/smoke.yaml", "params.yaml")
+    Path("src/taskgeom").mkdir(parents=True)
+    shutil.copyfile(ROOT / "src/taskgeom/params.schema.yaml", "src/taskgeom/params.schema.yaml")
+
+    def fails(ctx):
+        if error == "a bad input":
+            raise StoreError("data/x.h5: not a readable HDF5 file")
+        raise KeyError("a bug")
+    monkeypatch.setattr(check_params, "run", fails)
+    argv = ["check-params", "--log", "logs/check-params.log"]
+    if error == "a bad input":
+        assert main(argv) == 2
+    else:
+        with pytest.raises(KeyError):
+            main(argv)
+    log = Path("logs/check-params.log").read_text()
+    if error == "a bad input":
+        assert "ERROR taskgeom: error: data/x.h5: not a readable HDF5 file\n" in log and "Traceback" not in log
+    else:
+        assert "ERROR taskgeom: error: 'a bug'\nTraceback" in log and "KeyError: 'a bug'" in log
+
+
 @pytest.mark.parametrize("argv, names", [
     (["diagnose", "--probe", "nope"], "(listed: cls-embed-l4, dpt-depth-l4, "),
     (["params", "use", "smok"], "smok: not a profile of params/ (profiles: default, paper, paper-mini, smoke)"),

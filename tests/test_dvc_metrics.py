@@ -43,7 +43,9 @@ def test_every_experiment_stage_declares_its_metrics_and_plots_in_dvc_yaml():
         assert drawn, f"{name} declares no plot"
     for directory, props in top.items():
         assert isinstance(props["y"], list) and len(props["y"]) > 1 and props["x_label"] and props["y_label"]
-        files = [p for s in doc["stages"].values() for p in s.get("do", s).get("outs", []) if p.startswith(directory)]
+        outs = [p if isinstance(p, str) else next(iter(p)) for s in doc["stages"].values()
+                for p in s.get("do", s).get("outs", [])]   # a path, or {path: its flags}
+        files = [p for p in outs if p.startswith(directory)]
         assert len(files) == 1 and files[0].rsplit("/", 1)[0] == directory, directory  # a directory of its own
 
 

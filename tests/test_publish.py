@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from taskgeom.artifacts.atomic import write_text
-from taskgeom.pipeline.publish import staged_outputs
+from taskgeom.pipeline.publish import KEPT, staged_outputs
 
 
 def test_a_killed_runs_staged_files_and_unfinished_writes_are_removed_by_the_next_run(tmp_path: Path):
@@ -22,3 +24,21 @@ def test_a_killed_runs_staged_files_and_unfinished_writes_are_removed_by_the_nex
             write_text(path, key)
     assert {p.name for p in tmp_path.rglob("*") if p.is_file()} == {"t.csv", "f.png", *(p.name for p in kept)}
     assert (tmp_path / "t.csv").read_text() == "table"
+
+
+def test_outputs_deleted_before_a_rerun_are_back_while_it_runs_and_after_it_fails(tmp_path: Path, monkeypatch):
+    """Both front ends delete a job's outputs before they run it; the command puts back the last
+    published ones from its links (KEPT) until a run replaces them."""
+    monkeypatch.chdir(tmp_path)
+    outputs = {"table": Path("results/t.csv")}
+    with staged_outputs(outputs, KEPT) as staged:
+        write_text(staged["table"], "first")
+    Path("results/t.csv").unlink()   # as `dvc repro` and Snakemake do before they rerun a stage
+    with pytest.raises(RuntimeError), staged_outputs(outputs, KEPT) as staged:
+        assert Path("results/t.csv").read_text() == "first"
+        write_text(staged["table"], "second")
+        raise RuntimeError("the stage failed")
+    assert Path("results/t.csv").read_text() == "first"
+    with staged_outputs(outputs, KEPT) as staged:
+        write_text(staged["table"], "third")
+    assert Path("results/t.csv").read_text() == "third" and (KEPT / "results/t.csv").samefile("results/t.csv")

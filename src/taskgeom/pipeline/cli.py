@@ -17,7 +17,7 @@ from pathlib import Path
 from taskgeom import __version__
 from taskgeom.pipeline import config, inspect_command, server
 from taskgeom.pipeline.lock import stage_lock
-from taskgeom.pipeline.publish import staged_outputs
+from taskgeom.pipeline.publish import KEPT, staged_outputs
 from taskgeom.pipeline.registry import STAGES
 from taskgeom.pipeline.stage import Collect, Stage, param_keys, resolve
 
@@ -70,17 +70,38 @@ def run_stage(stage: Stage, args: argparse.Namespace) -> int:
     if missing := missing_inputs(inputs):
         raise FileNotFoundError(f"stage {stage.name}: missing input(s): {', '.join(missing)}")
     keys = param_keys(stage, params, value)
-    with stage_lock(stage.name, value), staged_outputs(outputs) as staged:
+    with stage_lock(stage.name, value), staged_outputs(outputs, KEPT) as staged:
         log = setup_logging(args.log)
         device = resolve_device(params["device"]) if "device" in keys else "cpu"
         ctx = StageContext(stage.name, inputs, staged, config.select(params, keys), value, device, log, threads)
         start = time.perf_counter()
         log.info("stage %s%s on %s, %d thread(s)", stage.name, f" [{value}]" if value else "", device, threads)
-        importlib.import_module(stage.runner).run(ctx)
-        if absent := [str(outputs[k]) for k, p in staged.items() if not p.exists()]:
-            raise RuntimeError(f"stage {stage.name} finished without writing: {', '.join(absent)}")
+        try:
+            importlib.import_module(stage.runner).run(ctx)
+            if absent := [str(outputs[k]) for k, p in staged.items() if not p.exists()]:
+                raise RuntimeError(f"stage {stage.name} finished without writing: {', '.join(absent)}")
+        except Exception as exc:
+            log_failure(log, exc)
+            raise
         log.info("stage %s done in %.1f s", stage.name, time.perf_counter() - start)
     return 0
+
+
+def one_line(exc: BaseException) -> str:
+    """The error and its notes, on one line."""
+    return " ".join([str(exc), *getattr(exc, "__notes__", [])])
+
+
+def log_failure(log: logging.Logger, exc: Exception) -> None:
+    """Write why a stage failed to its log file (not to stderr, where ``main`` says it): the
+    one line a user fixes by, or the traceback of an unexpected error. The log is the file
+    Snakemake points to, and under SLURM the job's stderr is another file."""
+    unexpected = not user_error(exc)
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "taskgeom: error: %s", (one_line(exc),),
+                            (type(exc), exc, exc.__traceback__) if unexpected else None)
+    for handler in log.handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
 
 
 def params_command(args: argparse.Namespace) -> int:
@@ -204,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if not user_error(exc):
             raise
-        print(f"taskgeom: error: {exc}", file=sys.stderr)
+        print(f"taskgeom: error: {one_line(exc)}", file=sys.stderr)
         return 2
 
 

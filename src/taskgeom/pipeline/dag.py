@@ -46,7 +46,8 @@ def dvc_stage(stage: Stage) -> dict:
         body["params"] = [dvc_path(k, stage) for k in stage.params]
     staged_plots = {k: plot for k, plot in stage.plots.items() if not plot.several}
     declared = set(stage.metrics) | set(staged_plots)
-    body["outs"] = [dvc_path(p, stage) for k, p in stage.outs.items() if k not in declared]
+    body["outs"] = [{dvc_path(p, stage): {"persist": True}} if stage.persist else dvc_path(p, stage)
+                    for k, p in stage.outs.items() if k not in declared]
     if stage.metrics:
         body["metrics"] = [dvc_path(stage.outs[k], stage) for k in stage.metrics]
     if staged_plots:

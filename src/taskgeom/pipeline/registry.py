@@ -62,6 +62,7 @@ STAGES: tuple[Stage, ...] = (
         outs={"ok": PARAMS_OK},
         params=COLLECTED,  # it makes room for the collections a profile leaves empty
         dvc_only=True,
+        persist=True,      # a rejected params.yaml leaves data/params.ok: restoring params.yaml restores the state
     ),
     Stage(
         name="fetch",

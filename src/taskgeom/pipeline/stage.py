@@ -77,6 +77,7 @@ class Stage:
     seconds: float = 1.0                 # expected wall seconds of one job, for job order (schedule.py)
     gpu: bool = False                    # benefits from a GPU (device: auto uses one)
     dvc_only: bool = False               # a stage only DVC needs (see check-params)
+    persist: bool = False                # DVC keeps its outputs in place while it reruns it (``persist: true``)
     metrics: tuple[str, ...] = ()        # names of outs that DVC declares as metrics
     plots: dict[str, Plot] = field(default_factory=dict)  # names of outs that DVC draws, and how
 

@@ -17,12 +17,19 @@ its ``onsuccess`` leaves the previous dvc.lock.
 **DVC to Snakemake** (``follow_dvc``, when the Snakefile is read). Snakemake decides from its own
 records (``.snakemake/metadata``: the parameters, inputs, input checksums and command of the job
 that made each output) and from modification times. After ``dvc repro``, ``dvc checkout`` or
-``dvc pull``, whenever dvc.lock differs from the one last followed, every stage instance that
+``dvc pull``, whenever the workspace differs from the one last followed (``workspace_state``:
+dvc.lock, and the size and modification time of every file a stage reads or writes, params.yaml
+aside, so a ``dvc pull`` after a ``snakemake -n`` that found nothing to follow is followed too),
+every stage instance that
 ``dvc status`` finds up to date gets what Snakemake would have recorded had it run the job, and
 its outputs (and its Snakemake benchmark file, which Snakemake dates the job by too) are made
 newer than its inputs, stage by stage in the registry's order (which is
-topological). Snakemake then reruns exactly what DVC would, and a later parameter edit still
-reruns its stages under Snakemake.
+topological). An instance whose outputs ``dvc status`` finds as dvc.lock records them but one of
+whose input files has changed since has outputs made from other inputs (a failed job's, put back
+by ``dvc checkout``): its record goes and its outputs are dated before its newest input, since a
+failed Snakemake job leaves a record of the inputs it failed on. Snakemake then reruns exactly
+what DVC would, and a later parameter edit still reruns its stages under Snakemake. Only the
+main Snakemake process follows: a cluster job that reads the Snakefile again does not.
 
 Stages outside a run are left as the other front end last recorded them. Both directions rest
 on the two tools' internals, so loading this module stops unless each is the version they were
@@ -44,15 +51,16 @@ from pathlib import Path
 from taskgeom.artifacts.atomic import atomic_path, leftovers
 from taskgeom.pipeline.config import select
 from taskgeom.pipeline.dag import snakemake_rule
+from taskgeom.pipeline.publish import KEPT, keep
 from taskgeom.pipeline.registry import instances
-from taskgeom.pipeline.stage import Stage, param_keys, resolve
+from taskgeom.pipeline.stage import PARAMS_OK, Stage, param_keys, resolve
 from taskgeom.pipeline.tools import require
 
 require("snakemake", "dvc")  # its records imitate this Snakemake's; its commit patches this DVC
 
 CHECK_PARAMS = "check-params"
 DVC_RWLOCK = Path(".dvc/tmp/rwlock")  # DVC's record of the paths a running stage reads and writes
-FOLLOWED = Path(".snakemake/taskgeom-dvc-lock.sha256")  # the dvc.lock last followed or committed
+FOLLOWED = Path(".snakemake/taskgeom-dvc-lock.sha256")  # the workspace_state last followed or committed
 SNAKEMAKE_METADATA = Path(".snakemake/metadata")
 RECORD_FORMAT_VERSION = 6   # Snakemake 9's record layout, as written by its persistence.finished()
 CHECKSUM_MAX_BYTES = 1_000_000  # Snakemake's default max_checksum_file_size
@@ -132,9 +140,10 @@ def wait_for_dvc_stages(root: Path, poll: float = 0.5) -> None:
         time.sleep(poll)
 
 
-def commit_to_dvc(commands: Iterable[str], root: Path = Path(".")) -> list[str]:
+def commit_to_dvc(commands: Iterable[str], root: Path = Path("."), params: dict | None = None) -> list[str]:
     """Record in DVC the stages whose command is among ``commands`` (the up-to-date jobs of a
-    Snakemake run) and whose outputs all exist; return their addresses.
+    Snakemake run) and whose outputs all exist; return their addresses. The workspace is then
+    followed (``follow_dvc``), as ``params`` (Snakemake's config) watches it.
 
     Raises:
         subprocess.CalledProcessError: when ``dvc`` fails; nothing is committed then.
@@ -166,46 +175,102 @@ def commit_to_dvc(commands: Iterable[str], root: Path = Path(".")) -> list[str]:
         for f, st in stamps.items():
             if f.exists():
                 os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
-    mark_followed(root)
+    # DVC's commit rewrote them: the stage command's links to them (publish.KEPT) follow, rather
+    # than hold a second copy of each
+    keep([f.relative_to(root) for f in outputs], root / KEPT, root)
+    mark_followed(root, watched_files(params) if params is not None else
+                  [o.relative_to(root) for _, _, outs in known for o in outs])
     return [a for a, _ in stages]
 
 
-def lock_digest(root: Path) -> str:
-    return sha256((root / "dvc.lock").read_bytes()).hexdigest()
+def workspace_state(root: Path, files: Iterable[Path | str]) -> str:
+    """A digest of dvc.lock and of the size and modification time of each of ``files``
+    (relative paths; or that it is missing): it changes with ``git pull``, ``dvc pull``,
+    ``dvc checkout``, ``dvc repro``, any run that writes an output and any edit of an input."""
+    state = sha256((root / "dvc.lock").read_bytes())
+    for rel in sorted({str(f) for f in files}):
+        try:
+            st = (root / rel).stat()
+            state.update(f"{rel} {st.st_size} {st.st_mtime_ns}\n".encode())
+        except FileNotFoundError:
+            state.update(f"{rel} missing\n".encode())
+    return state.hexdigest()
 
 
-def mark_followed(root: Path) -> None:
+def watched_files(params: dict) -> list[str]:
+    """Every file of both DAGs under ``params`` but params.yaml: DVC's ``check-params`` guard,
+    and every Snakemake stage's outputs, inputs and code (DVC's stages' outputs and file
+    dependencies are the same files: tests/test_front_ends.py)."""
+    files = {PARAMS_OK}
+    for stage, value in instances(params):
+        inputs, outs = resolve(stage, params, value)
+        files.update(str(p) for v in [*inputs.values(), *outs.values()] for p in (v if isinstance(v, list) else [v]))
+        files.update(stage.code)
+    return sorted(files)
+
+
+def mark_followed(root: Path, files: Iterable[Path | str]) -> None:
     (root / FOLLOWED).parent.mkdir(parents=True, exist_ok=True)
-    (root / FOLLOWED).write_text(lock_digest(root))
+    (root / FOLLOWED).write_text(workspace_state(root, files))
 
 
 def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
     """Bring Snakemake's records and the outputs' modification times in line with every stage
-    instance DVC finds up to date, if dvc.lock changed since last followed; return their names."""
+    instance DVC finds up to date, if the workspace changed since last followed
+    (``workspace_state``); return their names."""
     if not (root / ".dvc").is_dir() or not (root / "dvc.lock").is_file():
         return []
-    if (root / FOLLOWED).is_file() and (root / FOLLOWED).read_text() == lock_digest(root):
+    watched = watched_files(params)
+    if (root / FOLLOWED).is_file() and (root / FOLLOWED).read_text() == workspace_state(root, watched):
         return []
     status = subprocess.run(["dvc", "--wait-for-lock", "status", "--json"], cwd=root, check=True, capture_output=True,
                             text=True)
-    stale = {name.split(":")[-1] for name in json.loads(status.stdout or "{}")}
+    stale = {name.split(":")[-1]: why for name, why in json.loads(status.stdout or "{}").items()}
     followed = []
     for stage, value in instances(params):
-        inputs, outputs = resolve(stage, params, value)
-        if stage.address(value) in stale or not all((root / o).exists() for o in outputs.values()):
+        inputs, outs = resolve(stage, params, value)
+        if not all((root / o).exists() for o in outs.values()):
             continue
         input_files = sorted(str(p) for v in inputs.values() for p in (v if isinstance(v, list) else [v]))
         input_files = sorted([*input_files, *stage.code])
         newest = max((root / f).stat().st_mtime_ns for f in input_files if (root / f).exists())
-        for output in outputs.values():
+        if stage.address(value) in stale:
+            if made_from_other_inputs(stale[stage.address(value)]):
+                for output in outs.values():
+                    forget(root, output, newest)
+            continue
+        for output in outs.values():
             after(root / output, newest)
             write_record(root, output, stage, value, params, input_files)
+        keep(outs.values(), root / KEPT, root)  # what a rerun that fails leaves (pipeline/publish.py)
         benchmark = root / stage.benchmark.replace(f"{{{stage.wildcard}}}", value or "")
         if benchmark.is_file():  # Snakemake counts a job's benchmark among its outputs' times
             after(benchmark, newest)
         followed.append(stage.address(value))
-    mark_followed(root)
+    mark_followed(root, watched)
     return followed
+
+
+def made_from_other_inputs(why: list) -> bool:
+    """Whether ``dvc status`` says a stage's outputs are the ones dvc.lock records but a file it
+    depends on has changed since: they were made from other inputs (a failed run's outputs put
+    back by ``dvc checkout``, an input edited by hand). A changed parameter alone does not count:
+    Snakemake's records see it, and params.yaml is not part of ``workspace_state``."""
+    changes = {key for entry in why if isinstance(entry, dict) for key in entry}
+    files = [path for entry in why if isinstance(entry, dict)
+             for path, change in entry.get("changed deps", {}).items() if isinstance(change, str)]
+    return all(isinstance(entry, dict) for entry in why) and bool(files) and "changed outs" not in changes
+
+
+def forget(root: Path, output: Path, newest: int) -> None:
+    """Make Snakemake rerun the job of ``output``, as DVC would: drop its record (a failed run's
+    record describes the inputs it failed on) and date it (every file, if a directory) before
+    ``newest``, the modification time (ns) of the job's newest input."""
+    (root / SNAKEMAKE_METADATA / urlsafe_b64encode(str(output).encode()).decode()).unlink(missing_ok=True)
+    for f in files_under([root / output]):
+        st = f.stat()
+        if st.st_mtime_ns >= newest:
+            os.utime(f, ns=(st.st_atime_ns, newest - 1_000))
 
 
 def after(path: Path, newest: int) -> None:
