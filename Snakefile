@@ -12,6 +12,7 @@ sys.path.insert(0, f"{workflow.basedir}/src")  # this checkout's registry, whate
 
 from taskgeom.pipeline import config as taskgeom_config
 from taskgeom.pipeline.dag import snakemake_rule
+from taskgeom.pipeline.identity import refresh
 from taskgeom.pipeline.registry import final_outputs
 from taskgeom.pipeline.schedule import COSTS, priorities
 from taskgeom.pipeline.sync import commit_to_dvc, follow_dvc
@@ -28,6 +29,8 @@ report: "docs/report/workflow.rst"
 
 validate(config, "src/taskgeom/params.schema.yaml")
 taskgeom_config.validate(config, "params.yaml")
+# the content of the data sets and checkpoints the profile reads from outside (pipeline/identity.py)
+IDENTITY = refresh(config)
 follow_dvc(config)  # after `dvc repro`, `dvc checkout` or `dvc pull`: take DVC's state (pipeline/sync.py)
 
 

@@ -84,7 +84,7 @@ PRIORITIES = priorities(config, Path(workflow.basedir) / COSTS)
 def stage_rule(name):
     """The rule of one registry stage, named after it (``zoo-table`` -> ``zoo_table``). A
     function per rule, so each rule's shell command and params close over their own stage."""
-    r = snakemake_rule(name, config, PRIORITIES)
+    r = snakemake_rule(name, config, PRIORITIES, IDENTITY)
 
     rule:
         name:

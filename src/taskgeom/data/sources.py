@@ -26,6 +26,11 @@ with labels (each class's items shuffled by the seed, then taken rank by rank ov
 classes), otherwise a seeded permutation; one seed with disjoint windows gives disjoint
 subsets. Items stay in their source order. Items: ``Item`` with the image at its native size.
 Errors name the source key (``sources.<name>...``) and the file.
+
+Item keys are relative to the source's ``root`` (its folder, or the folder of its file:
+``n01440764/ILSVRC2012_val_00000293.JPEG``, ``nyu_depth_v2_labeled.mat[12]``), so a source's
+keys, and the digest of its files (``Digests.named_sha256(source.files())``), are the same
+wherever its files lie.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +64,7 @@ KINDS = ("world", "imagenet_val", "imagenet_sketch", "nyu_depth_v2", "folder", "
 WORLD_DIR = "data/world"
 DEPTH_KINDS = ("world", "nyu_depth_v2")  # kinds whose items carry ground-truth depth
 NYU_MAX_DEPTH = 10.0  # metres: the evaluation cap of NYU-Depth-V2 (Eigen et al. 2014)
+AUXILIARY = ("labels", "meta", "splits")  # a source's files besides its items' (devkit, NYU's splits)
 
 
 class SourceError(ValueError):
@@ -68,7 +75,7 @@ class SourceError(ValueError):
 class Item:
     """One image of a source: ``image`` (H, W, 3) uint8 or (V, H, W, 3) for a view group,
     ``label`` (-1 without labels), ``depth`` (H, W) / (V, H, W) float32 metres or None,
-    ``key`` where it came from (a file path or ``file[index]``)."""
+    ``key`` where it came from, relative to the source's root (a file, or ``file[index]``)."""
 
     image: np.ndarray
     label: int
@@ -114,12 +121,17 @@ def select(name: str, spec: Mapping[str, Any], labels: np.ndarray, subset: Mappi
 
 
 class Source(Dataset):
-    """A named source's selected items. ``keys``, ``labels`` index them; ``read(i)`` loads one."""
+    """A named source's selected items. ``keys``, ``labels`` index them; ``read(i)`` loads one.
+    Keys are relative to ``root``; ``item_files(i)`` names the files behind item i (relative to
+    ``root`` too; by default its key without a ``[row]`` suffix)."""
 
     def __init__(self, name: str, spec: Mapping[str, Any], keys: list[str], labels: np.ndarray,
                  read: Callable[[int], Item], classes: list[str] | None = None,
-                 max_depth: float | None = None, stored: np.ndarray | None = None) -> None:
+                 max_depth: float | None = None, stored: np.ndarray | None = None, *, root: Path,
+                 item_files: Callable[[int], list[str]] | None = None) -> None:
         self.name, self.spec, self.classes, self.max_depth = name, dict(spec), classes, max_depth
+        self.root = Path(root)
+        self._item_files = item_files or (lambda i: [re.sub(r"\[\d+\]$", "", keys[i])])
         # item i's position in its file (a world source of one family skips the other's scenes)
         self.stored = np.arange(len(keys)) if stored is None else stored
         self.has_depth = spec["kind"] in DEPTH_KINDS
@@ -162,6 +174,13 @@ class Source(Dataset):
         """Decode every selected item once (a corrupt file fails here, naming itself)."""
         for i in range(len(self)):
             self[i]
+
+    def files(self) -> list[tuple[str, Path]]:
+        """(name, path) of every file behind the selected items, named relative to ``root``,
+        then of the auxiliary files (``labels``, ``meta``, ``splits``), named ``<key>``."""
+        names = sorted({n for i in self.indices for n in self._item_files(int(i))})
+        return [(n, self.root / n) for n in names] + [(f"<{k}>", Path(self.spec[k]).expanduser())
+                                                        for k in AUXILIARY if self.spec.get(k)]
 
     def describe(self) -> dict[str, Any]:
         """For provenance: the spec, the count and a digest of the selected keys."""
@@ -206,9 +225,10 @@ def _world(name: str, spec: Mapping[str, Any]) -> Source:
     def read(i: int) -> Item:
         f = files.get("f") or files.setdefault("f", h5py.File(path, "r"))  # one handle per worker
         j = int(stored[i])
-        return Item(f[f"r{res}/{domain}"][j], int(labels[j]), f[f"r{res}/depth"][j], f"{path}[{j}]")
+        return Item(f[f"r{res}/{domain}"][j], int(labels[j]), f[f"r{res}/depth"][j], f"{path.name}[{j}]")
 
-    return Source(name, spec, [f"{path}[{j}]" for j in stored], labels[stored], read, None, max_depth, stored)
+    return Source(name, spec, [f"{path.name}[{j}]" for j in stored], labels[stored], read, None, max_depth, stored,
+                  root=path.parent)
 
 
 def _class_folders(name: str, spec: Mapping[str, Any]) -> Source:
@@ -221,8 +241,15 @@ def _class_folders(name: str, spec: Mapping[str, Any]) -> Source:
     labels = np.array([label for _, label in dataset.samples], dtype=np.int64)
     order = np.argsort([str(p) for p in paths], kind="stable")  # file order, not interleaved
     paths, labels = [paths[i] for i in order], labels[order]
-    return Source(name, spec, [str(p) for p in paths], labels,
-                  lambda i: Item(read_rgb(paths[i]), int(labels[i]), None, str(paths[i])), dataset.classes)
+    return _files_source(name, spec, root, paths, labels, dataset.classes)
+
+
+def _files_source(name: str, spec: Mapping[str, Any], root: Path, paths: list[Path], labels: np.ndarray,
+                  classes: list[str] | None) -> Source:
+    """A source of one image file per item, keyed by its path relative to ``root``."""
+    keys = [Path(p).relative_to(root).as_posix() for p in paths]
+    return Source(name, spec, keys, labels, lambda i: Item(read_rgb(paths[i]), int(labels[i]), None, keys[i]),
+                  classes, root=root)
 
 
 def _imagenet_val(name: str, spec: Mapping[str, Any]) -> Source:
@@ -236,8 +263,7 @@ def _imagenet_val(name: str, spec: Mapping[str, Any]) -> Source:
         raise SourceError(f"sources.{name}: {err}") from None
     paths = [p for p, _ in dataset.samples]
     labels = np.array([label for _, label in dataset.samples], dtype=np.int64)
-    return Source(name, spec, [str(p) for p in paths], labels,
-                  lambda i: Item(read_rgb(paths[i]), int(labels[i]), None, str(paths[i])), dataset.classes)
+    return _files_source(name, spec, root, paths, labels, dataset.classes)
 
 
 def _nyu(name: str, spec: Mapping[str, Any]) -> Source:
@@ -251,10 +277,10 @@ def _nyu(name: str, spec: Mapping[str, Any]) -> Source:
 
     def read(i: int) -> Item:
         rgb, depth = dataset.frame(i)
-        return Item(rgb, -1, depth, f"{mat}[{int(dataset.indices[i])}]")
+        return Item(rgb, -1, depth, f"{mat.name}[{int(dataset.indices[i])}]")
 
-    keys = [f"{mat}[{int(n)}]" for n in dataset.indices]
-    return Source(name, spec, keys, np.full(len(keys), -1, np.int64), read, None, NYU_MAX_DEPTH)
+    keys = [f"{mat.name}[{int(n)}]" for n in dataset.indices]
+    return Source(name, spec, keys, np.full(len(keys), -1, np.int64), read, None, NYU_MAX_DEPTH, root=mat.parent)
 
 
 def _folder(name: str, spec: Mapping[str, Any]) -> Source:
@@ -262,8 +288,7 @@ def _folder(name: str, spec: Mapping[str, Any]) -> Source:
     paths = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
     if not paths:
         raise SourceError(f"sources.{name}.path: {root} holds no {'/'.join(IMAGE_EXTENSIONS)} images")
-    return Source(name, spec, [str(p) for p in paths], np.full(len(paths), -1, np.int64),
-                  lambda i: Item(read_rgb(paths[i]), -1, None, str(paths[i])), None)
+    return _files_source(name, spec, root, paths, np.full(len(paths), -1, np.int64), None)
 
 
 def _sequences(name: str, spec: Mapping[str, Any]) -> Source:
@@ -282,10 +307,11 @@ def _sequences(name: str, spec: Mapping[str, Any]) -> Source:
         if len({f.shape for f in frames}) > 1:
             raise SourceError(f"sources.{name}: the views of {groups[i][0].parent} differ in size "
                               f"({sorted({f.shape[:2] for f in frames})})")
-        return Item(np.stack(frames), -1, None, str(groups[i][0].parent))
+        return Item(np.stack(frames), -1, None, keys[i])
 
-    keys = [str(g[0].parent) for g in groups]
-    return Source(name, spec, keys, np.full(len(keys), -1, np.int64), read, None)
+    keys = [g[0].parent.relative_to(root).as_posix() for g in groups]
+    return Source(name, spec, keys, np.full(len(keys), -1, np.int64), read, None, root=root,
+                  item_files=lambda i: [f.relative_to(root).as_posix() for f in groups[i]])
 
 
 OPENERS: dict[str, Callable[[str, Mapping[str, Any]], Source]] = {
@@ -320,8 +346,20 @@ def open_indexed(index: str | Path, sources: Mapping[str, Mapping[str, Any]] | N
         sources = {**sources, name: {**sources[name], "resolution": int(resolution)}}
     source = open_source(name, sources)
     if source.describe()["keys_sha256"] != recorded["keys_sha256"]:
-        raise SourceError(f"sources.{recorded['name']}: its items differ from {index}'s; rerun the sources stage")
+        differs = first_difference(recorded["keys"], source)
+        raise SourceError(f"sources.{name}: its items differ from {index}'s ({differs}); rerun the sources stage")
     return source
+
+
+def first_difference(indexed: list[str], source: Source) -> str:
+    """The first item key that ``indexed`` and ``source`` do not share, saying where it is missing."""
+    now = set(source.keys)
+    gone = next((k for k in indexed if k not in now), None)
+    if gone is not None:
+        return f"{gone} is not in {source.root} now"
+    was = set(indexed)
+    new = next((k for k in source.keys if k not in was), None)
+    return f"{new} in {source.root} was not indexed" if new else "the same items in another order"
 
 
 def open_named(name: str, indexes: list[Path], sources: Mapping[str, Mapping[str, Any]] | None) -> Source:

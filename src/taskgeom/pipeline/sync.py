@@ -40,10 +40,10 @@ from hashlib import sha256
 from pathlib import Path
 
 from taskgeom.artifacts.atomic import atomic_path, leftovers
-from taskgeom.pipeline.config import select
-from taskgeom.pipeline.dag import snakemake_rule
+from taskgeom.pipeline import identity as content_identity
+from taskgeom.pipeline.dag import rule_values, snakemake_rule
 from taskgeom.pipeline.registry import instances
-from taskgeom.pipeline.stage import Stage, param_keys, resolve
+from taskgeom.pipeline.stage import Stage, resolve
 
 CHECK_PARAMS = "check-params"
 DVC_RWLOCK = Path(".dvc/tmp/rwlock")  # DVC's record of the paths a running stage reads and writes
@@ -184,7 +184,7 @@ def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
     status = subprocess.run(["dvc", "--wait-for-lock", "status", "--json"], cwd=root, check=True, capture_output=True,
                             text=True)
     stale = {name.split(":")[-1] for name in json.loads(status.stdout or "{}")}
-    followed = []
+    identity, followed = content_identity.read(root), []
     for stage, value in instances(params):
         inputs, outputs = resolve(stage, params, value)
         if stage.address(value) in stale or not all((root / o).exists() for o in outputs.values()):
@@ -194,7 +194,7 @@ def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
         newest = max((root / f).stat().st_mtime_ns for f in input_files if (root / f).exists())
         for output in outputs.values():
             after(root / output, newest)
-            write_record(root, output, stage, value, params, input_files)
+            write_record(root, output, stage, value, params, input_files, identity)
         benchmark = root / stage.benchmark.replace(f"{{{stage.wildcard}}}", value or "")
         if benchmark.is_file():  # Snakemake counts a job's benchmark among its outputs' times
             after(benchmark, newest)
@@ -212,20 +212,19 @@ def after(path: Path, newest: int) -> None:
 
 
 def write_record(root: Path, output: Path, stage: Stage, value: str | None, params: dict,
-                 input_files: list[str]) -> None:
+                 input_files: list[str], identity: dict) -> None:
     """Snakemake's record of ``output``, as its own run of the job would have written it; the
     software environment is kept from an existing record (it is not ours to compute)."""
     path = root / SNAKEMAKE_METADATA / urlsafe_b64encode(str(output).encode()).decode()
     old = json.loads(path.read_text()) if path.is_file() else {}
     rule = snakemake_rule(stage.name, params)
-    keys = param_keys(stage, params, value)
     mtime = (root / output).stat().st_mtime
     record = {
         "rule": stage.name.replace("-", "_"),
         "input": input_files,
         "log": [stage.log.replace(f"{{{stage.wildcard}}}", value or "")],
         "shellcmd": stage.command(value) if value else stage.command(),
-        "params": [repr(json.dumps(select(params, keys), sort_keys=True))],
+        "params": [repr(rule_values(stage, params, value, identity))],
         "code": rule.shell,
         "record_format_version": RECORD_FORMAT_VERSION,
         "conda_env": old.get("conda_env"),
