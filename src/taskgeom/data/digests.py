@@ -34,6 +34,7 @@ def _connect() -> sqlite3.Connection | None:
         path = cache_path()
         path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(path, timeout=60)
+        db.execute("PRAGMA synchronous = OFF")  # a cache: losing its last entries in a crash costs a re-hash
         db.execute(SCHEMA)
         return db
     except (OSError, sqlite3.Error):
@@ -80,8 +81,9 @@ class Digests:
                 self.db = None
         digest = _hash(Path(real))
         if self.db is not None:
-            try:
+            try:  # committed at once: a long hash must not hold the cache's write lock from other processes
                 self.db.execute("INSERT OR REPLACE INTO digests VALUES (?, ?, ?, ?, ?, ?)", (real, *key, digest))
+                self.db.commit()
             except sqlite3.Error:
                 self.db = None
         return digest

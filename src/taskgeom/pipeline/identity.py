@@ -15,8 +15,8 @@ move. ``refresh`` recomputes the file before either front end decides (the Snake
 environment's ``dvc`` launcher for ``status``, ``repro`` and ``exp``, and the ``check-params``
 stage, whose uncached output it is); file digests are remembered by stat (``data.digests``),
 so an unchanged data set costs a stat per file. An entry whose files cannot be read keeps its
-recorded value (a machine without a data set can still use results made from it); the stage
-that reads it fails, naming the file, if it ever runs.
+recorded value, from this file or else from dvc.lock (a machine without a data set can still use
+results pulled from a teammate); the stage that reads it fails, naming the file, if it ever runs.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import yaml
 
 from taskgeom.artifacts.atomic import write_text
 from taskgeom.data.digests import Digests
+from taskgeom.pipeline.config import SAFE_LOADER
 
 IDENTITY = "data/identity.yaml"
 SECTIONS = ("sources", "zoo")
@@ -71,13 +72,27 @@ def text(identity: dict) -> str:
             "outside the pipeline.\n" + yaml.safe_dump(identity, sort_keys=True, width=200))
 
 
-def read(root: Path = Path(".")) -> dict:
-    """The recorded identity, {} if there is none or it is unreadable."""
+def _load(path: Path) -> dict:
     try:
-        loaded = yaml.safe_load((root / IDENTITY).read_text())
+        loaded = yaml.load(path.read_text(), Loader=SAFE_LOADER)
     except (OSError, yaml.YAMLError):
         return {}
     return loaded if isinstance(loaded, dict) else {}
+
+
+def read(root: Path = Path(".")) -> dict:
+    """The recorded identity, {} if there is none or it is unreadable."""
+    return _load(root / IDENTITY)
+
+
+def locked(root: Path = Path(".")) -> dict:
+    """The entries of this file that ``root``'s dvc.lock records among its stages' params."""
+    out: dict = {}
+    for stage in (_load(root / "dvc.lock").get("stages") or {}).values():
+        for key, value in ((stage.get("params") or {}).get(IDENTITY) or {}).items():
+            section, _, name = key.partition(".")
+            out.setdefault(section, {})[name] = value
+    return out
 
 
 def write(identity: dict, path: Path) -> bool:
@@ -93,9 +108,17 @@ def write(identity: dict, path: Path) -> bool:
     return True
 
 
+def recorded(root: Path = Path(".")) -> dict:
+    """What was last recorded: this file's entries over those of dvc.lock."""
+    out = locked(root)
+    for section, entries in read(root).items():
+        out.setdefault(section, {}).update(entries or {})
+    return out
+
+
 def refresh(params: dict, root: Path = Path(".")) -> dict:
     """Recompute the identity of ``params``' entries and update ``root``'s file if it changed."""
-    identity = compute(params, read(root))
+    identity = compute(params, recorded(root))
     write(identity, root / IDENTITY)
     return identity
 

@@ -36,4 +36,4 @@ def run(ctx: StageContext) -> None:
     for directory in empty_collections(ctx.params):
         directory.mkdir(parents=True, exist_ok=True)
     write_text(ctx.outputs["ok"], "params.yaml is valid against src/taskgeom/params.schema.yaml\n")
-    identity.write(identity.compute(ctx.params, identity.read()), ctx.outputs["identity"])
+    identity.write(identity.compute(ctx.params, identity.recorded()), ctx.outputs["identity"])
