@@ -89,7 +89,7 @@ def test_both_front_ends_take_the_content_and_not_the_location_as_a_parameter(tm
     assert {identity.IDENTITY: ["sources.${key}"]} in sources["params"]
     assert {identity.IDENTITY: ["zoo.${key}"]} in zoo["params"]
     check = dvc_stage(stage("check-params"))
-    assert {identity.IDENTITY: {"cache": False}} in check["outs"]
+    assert {identity.IDENTITY: {"cache": False, "persist": True}} in check["outs"]
     params = params_for("data/external/sketch", "data/external/clip-b16")
     values = json.loads(rule_values(stage("sources"), params, "s", {"sources": {"s": "abc"}}))
     assert values["identity"] == {"sources.s": "abc"} and values["sources"]["s"]["path"] == "data/external/sketch"

@@ -13,9 +13,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import copy_repo, copy_run, dvc_stages, run, snakemake_jobs
+import yaml
+from conftest import copy_repo, copy_run, run
 
 from taskgeom.artifacts.tables import read_table
+from taskgeom.pipeline.registry import instances
+from taskgeom.pipeline.stage import resolve
 from taskgeom.stages.report import NO_ROWS
 
 pytestmark = pytest.mark.pipeline
@@ -81,102 +84,77 @@ def test_dvc_agrees_that_the_run_is_up_to_date(mini: Path):
 
 # --- where the data lie is machine-local; what they hold is what counts (docs/sharing.md) ---
 
-def relocated(mini: Path, tmp_path: Path) -> tuple[Path, Path]:
-    """A copy of the finished run whose paper-mini files are a byte-for-byte copy in another folder,
-    linked there (as a teammate who keeps them elsewhere would)."""
-    repo = copy_run(mini, tmp_path / "repo")
-    files = shutil.copytree((mini / "data/external/paper-mini").resolve(), tmp_path / "elsewhere/paper-mini")
-    run(["taskgeom", "data", "link", "paper-mini", str(files)], repo)
-    return repo, files
-
-
 def planned(repo: Path) -> set[str]:
     """The shell commands of the jobs ``snakemake -n`` plans."""
     out = run(["snakemake", "-n", "--printshellcmds"], repo).stdout
-    return {line.removeprefix("Shell command: ") for line in out.splitlines() if line.startswith("Shell command: ")}
-
-
-def downstream(repo: Path, stage: str) -> set[str]:
-    """Stage instance ``stage`` and every job that reads what it writes, directly or not, by command."""
-    jobs = snakemake_jobs(repo)
-    chosen = {next(cmd for cmd in jobs if dvc_name(cmd) == stage)}
-    while grown := {c for c, job in jobs.items() if c not in chosen
-                    and job["inputs"] & set().union(*(jobs[d]["outputs"] for d in chosen))}:
-        chosen |= grown
-    return chosen
-
-
-def dvc_name(command: str) -> str:
-    """``taskgeom zoo --model 'clip-b16' --log ...`` -> ``zoo@clip-b16``."""
-    words = command.split()
-    return f"{words[1]}@{words[3].strip(chr(39))}" if words[2].startswith("--") and words[2] != "--log" else words[1]
+    commands = {line.removeprefix("Shell command: ") for line in out.splitlines() if line.startswith("Shell command: ")}
+    return commands - {"None"}  # the rule `all`
 
 
 def dvc_changed(repo: Path) -> set[str]:
     return set(json.loads(run(["dvc", "status", "--json"], repo).stdout or "{}"))
 
 
-def rerun_and_readers(repo: Path, stage: str) -> tuple[set[str], set[str]]:
-    """Run ``check-params`` and ``stage`` alone with DVC; (its outputs whose bytes changed, the DVC
-    stages that read one of them, directly or through a collected directory)."""
-    stages = dvc_stages(repo)
-    outs = next(s["outs"] for s in stages.values() if s["name"] == stage)
-    before = {o: output_digests_of(repo / o) for o in outs}
-    run(["dvc", "repro", "-s", "check-params", stage], repo)
-    changed = {o for o in outs if output_digests_of(repo / o) != before[o]}
-    readers = {s["name"] for s in stages.values()
-               if any(d == o or o.startswith(d + "/") for d in s["deps"] for o in changed)}
-    return changed, readers
+def jobs(repo: Path) -> dict[str, tuple[str, set[str], set[str]]]:
+    """Every stage instance of the repository's params.yaml: command -> (DVC name, input files, output
+    files), from the registry both front ends are drawn from (test_front_ends: they agree)."""
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    out = {}
+    for stage, value in instances(params):
+        inputs, outputs = resolve(stage, params, value)
+        files = {str(p) for v in inputs.values() for p in (v if isinstance(v, list) else [v])}
+        out[stage.command(value) if value else stage.command()] = (stage.address(value), files,
+                                                                     {str(p) for p in outputs.values()})
+    return out
 
 
-def output_digests_of(path: Path) -> dict[str, str]:
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    return {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+def downstream(every: dict, names: set[str]) -> set[str]:
+    """The commands of the instances ``names`` and of every instance reading what they write, directly or not."""
+    chosen = {cmd for cmd, (name, _, _) in every.items() if name in names}
+    while grown := {cmd for cmd, (_, inputs, _) in every.items() if cmd not in chosen
+                    and inputs & set().union(*(every[c][2] for c in chosen))}:
+        chosen |= grown
+    return chosen
 
 
-def test_the_same_files_in_another_folder_rerun_nothing(mini: Path, tmp_path: Path):
-    repo, files = relocated(mini, tmp_path)
-    identity = (repo / "data/identity.yaml").read_bytes()
+def readers(every: dict, files: set[str]) -> set[str]:
+    return {name for name, inputs, _ in every.values() if inputs & files}
+
+
+def test_data_elsewhere_rerun_nothing_and_changed_content_reruns_exactly_its_readers(mini: Path, tmp_path: Path):
+    """On a copy of the run: the same files in another folder (and one checkpoint in a third) plan
+    nothing in either front end; one changed byte of one image and other weights in one checkpoint
+    plan exactly their entries' stages and everything downstream of them, nothing else."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    repo = copy_run(mini, tmp_path / "repo")
+    files = shutil.copytree((mini / "data/external/paper-mini").resolve(), tmp_path / "elsewhere/paper-mini")
+    run(["taskgeom", "data", "link", "paper-mini", str(files)], repo)
     moved = shutil.move(files / "models/clip-b16", tmp_path / "checkpoints/clip-b16")  # one checkpoint apart
     (files / "models/clip-b16").symlink_to(moved, target_is_directory=True)
-    assert "Nothing to be done" in run(["snakemake", "-n"], repo).stdout
+    identity = (repo / "data/identity.yaml").read_bytes()
+    assert planned(repo) == set()
     assert "up to date" in run(["dvc", "status"], repo).stdout
     assert "Running stage" not in run(["dvc", "repro"], repo).stdout
     assert (repo / "data/identity.yaml").read_bytes() == identity
     index = json.loads((repo / "data/sources/imagenet-val.json").read_text())
     assert all(not Path(k).is_absolute() and "/" in k for k in index["keys"])  # <wnid>/ILSVRC2012_val_...
 
-
-def test_one_changed_byte_reruns_its_source_and_what_reads_it_only(mini: Path, tmp_path: Path):
-    repo, files = relocated(mini, tmp_path)
-    key = json.loads((repo / "data/sources/imagenet-val.json").read_text())["keys"][0]
-    image = files / "imagenet-val" / key
+    image = files / "imagenet-val" / index["keys"][0]  # in imagenet-val only: the imagenet-val-* are disjoint
     data = bytearray(image.read_bytes())
     assert data[6:11] == b"JFIF\0"
     data[15] ^= 1  # the JFIF header's horizontal density: other bytes, the same pixels
     image.write_bytes(bytes(data))
-    assert planned(repo) == downstream(repo, "sources@imagenet-val")  # its readers: imagenet-val-* are disjoint
-    assert dvc_changed(repo) == {"check-params", "sources@imagenet-val"}
-    changed, readers = rerun_and_readers(repo, "sources@imagenet-val")
-    index = json.loads((repo / "data/sources/imagenet-val.json").read_text())
-    assert changed == {"data/sources/imagenet-val.json"}
-    assert index["files"][key] == hashlib.sha256(bytes(data)).hexdigest()
-    assert dvc_changed(repo) == readers and "zoo@dinov2-b14" in readers
-
-
-def test_other_weights_rerun_their_zoo_entry_and_what_reads_it_only(mini: Path, tmp_path: Path):
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    repo, files = relocated(mini, tmp_path)
-    weights = files / "models/clip-b16/model.safetensors"
+    weights = moved / "model.safetensors"
     with safe_open(weights, "pt") as f:
         tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
     name = next(k for k in sorted(tensors) if tensors[k].ndim >= 2 and tensors[k].is_floating_point())
-    tensors[name] = tensors[name] * 1.5
-    save_file(tensors, weights, metadata)
-    assert planned(repo) == downstream(repo, "zoo@clip-b16")
-    assert dvc_changed(repo) == {"check-params", "zoo@clip-b16"}
-    changed, readers = rerun_and_readers(repo, "zoo@clip-b16")
-    assert "data/zoo/clip-b16/model.safetensors" in changed
-    assert dvc_changed(repo) == readers and "diagnose@clip-cls-l10" in readers
+    save_file(tensors | {name: tensors[name] * 1.5}, weights, metadata)
+    every, changed = jobs(repo), {"sources@imagenet-val", "zoo@clip-b16"}
+    assert planned(repo) == downstream(every, changed)
+    assert dvc_changed(repo) == {"check-params", *changed}
+    run(["dvc", "repro", "-s", "check-params", "sources@imagenet-val"], repo)  # only the affected source
+    index = json.loads((repo / "data/sources/imagenet-val.json").read_text())
+    assert index["files"][index["keys"][0]] == hashlib.sha256(bytes(data)).hexdigest()
+    assert dvc_changed(repo) == readers(every, {"data/sources/imagenet-val.json"}) | {"zoo@clip-b16"}

@@ -48,7 +48,8 @@ def dvc_stage(stage: Stage) -> dict:
         body["params"] += [{IDENTITY: [dvc_path(k, stage) for k in stage.identity]}] if stage.identity else []
     staged_plots = {k: plot for k, plot in stage.plots.items() if not plot.several}
     declared = set(stage.metrics) | set(staged_plots)
-    body["outs"] = [{dvc_path(p, stage): {"cache": False}} if k in stage.uncached else dvc_path(p, stage)
+    body["outs"] = [{dvc_path(p, stage): {"cache": False, "persist": True}} if k in stage.recomputed
+                    else dvc_path(p, stage)
                     for k, p in stage.outs.items() if k not in declared]
     if stage.metrics:
         body["metrics"] = [dvc_path(stage.outs[k], stage) for k in stage.metrics]

@@ -14,7 +14,7 @@ read RWLock-file". Here its writes go through ``atomic_path`` too. DVC makes the
 ``rwlock.lock``, so a temporary file that the holder of that lock finds beside the rwlock was left
 by a writer killed before its rename, and is removed.
 
-Before ``status``, ``repro`` and ``exp``, the launcher also brings ``data/identity.yaml`` up to
+Before ``status``, ``repro``, ``exp``, ``pull`` and ``checkout``, the launcher also brings ``data/identity.yaml`` up to
 date (``refresh_identity``): DVC reads the content of the data sets and checkpoints that the
 stages read from outside the pipeline as parameters from it.
 
@@ -110,7 +110,7 @@ def patch_dvc() -> None:
     _yaml._dump_data = dump
 
 
-REFRESHING = ("status", "repro", "exp")  # the commands that decide from data/identity.yaml
+REFRESHING = ("status", "repro", "exp", "pull", "checkout")  # commands that read or restore the workspace
 
 
 def refresh_identity(argv: list[str]) -> None:

@@ -59,7 +59,7 @@ STAGES: tuple[Stage, ...] = (
         outs={"ok": PARAMS_OK, "identity": IDENTITY},
         params=COLLECTED,  # it makes room for the collections a profile leaves empty
         dvc_only=True,
-        uncached=("identity",),  # rewritten from the data before each decision (pipeline/identity.py)
+        recomputed=("identity",),  # rewritten from the data before each decision (pipeline/identity.py)
     ),
     Stage(
         name="fetch",

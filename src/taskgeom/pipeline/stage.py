@@ -83,7 +83,7 @@ class Stage:
     metrics: tuple[str, ...] = ()        # names of outs that DVC declares as metrics
     plots: dict[str, Plot] = field(default_factory=dict)  # names of outs that DVC draws, and how
     identity: tuple[str, ...] = ()       # keys of data/identity.yaml it reads (pipeline/identity.py)
-    uncached: tuple[str, ...] = ()       # names of outs that DVC does not cache (``cache: false``)
+    recomputed: tuple[str, ...] = ()     # outs DVC neither caches nor restores (cache: false, persist: true)
 
     def __post_init__(self) -> None:
         for name in (*self.metrics, *self.plots):
