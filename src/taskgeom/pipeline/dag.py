@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from taskgeom.pipeline import config
-from taskgeom.pipeline.identity import IDENTITY, lookup
+from taskgeom.pipeline.identity import IDENTITY, value_at
 from taskgeom.pipeline.registry import PARAMS_OK, STAGES
 from taskgeom.pipeline.schedule import job_name
 from taskgeom.pipeline.stage import Collect, Stage, fill, param_keys
@@ -93,7 +93,7 @@ def rule_values(s: Stage, params: dict, value: str | None, identity: dict) -> st
     ``identity`` (``pipeline/identity.py``) under ``"identity"``; Snakemake reruns the job when it changes."""
     values = config.select(params, param_keys(s, params, value))
     if s.identity:
-        values["identity"] = {key: lookup(identity, key) for key in (fill(k, s, value, params) for k in s.identity)}
+        values["identity"] = {key: value_at(identity, key) for key in (fill(k, s, value, params) for k in s.identity)}
     return json.dumps(values, sort_keys=True)
 
 

@@ -123,7 +123,7 @@ def refresh(params: dict, root: Path = Path(".")) -> dict:
     return identity
 
 
-def lookup(identity: dict, key: str) -> Any:
+def value_at(identity: dict, key: str) -> Any:
     """The value at dotted ``key`` (``sources.imagenet-val``), None where there is none."""
     node: Any = identity
     for part in key.split("."):
