@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import copy_repo, copy_run, run
+from conftest import copy_repo, copy_run, run, run_together
 
 from taskgeom.artifacts.tables import read_table
 from taskgeom.pipeline.registry import instances
@@ -84,15 +84,13 @@ def test_dvc_agrees_that_the_run_is_up_to_date(mini: Path):
 
 # --- where the data lie is machine-local; what they hold is what counts (docs/sharing.md) ---
 
-def planned(repo: Path) -> set[str]:
-    """The shell commands of the jobs ``snakemake -n`` plans."""
-    out = run(["snakemake", "-n", "--printshellcmds"], repo).stdout
-    commands = {line.removeprefix("Shell command: ") for line in out.splitlines() if line.startswith("Shell command: ")}
-    return commands - {"None"}  # the rule `all`
-
-
-def dvc_changed(repo: Path) -> set[str]:
-    return set(json.loads(run(["dvc", "status", "--json"], repo).stdout or "{}"))
+def plans(repo: Path) -> tuple[set[str], set[str]]:
+    """(the shell commands of the jobs ``snakemake -n`` plans, the stages ``dvc status`` finds
+    changed), asked side by side."""
+    dry, status = run_together([["snakemake", "-n", "--printshellcmds"], ["dvc", "status", "--json"]], repo)
+    lines = dry.stdout.splitlines()
+    commands = {line.removeprefix("Shell command: ") for line in lines if line.startswith("Shell command: ")}
+    return commands - {"None"}, set(json.loads(status.stdout or "{}"))  # "None": the rule `all`
 
 
 def jobs(repo: Path) -> dict[str, tuple[str, set[str], set[str]]]:
@@ -134,8 +132,7 @@ def test_data_elsewhere_rerun_nothing_and_changed_content_reruns_exactly_its_rea
     moved = shutil.move(files / "models/clip-b16", tmp_path / "checkpoints/clip-b16")  # one checkpoint apart
     (files / "models/clip-b16").symlink_to(moved, target_is_directory=True)
     identity = (repo / "data/identity.yaml").read_bytes()
-    assert planned(repo) == set()
-    assert "up to date" in run(["dvc", "status"], repo).stdout
+    assert plans(repo) == (set(), set())
     assert "Running stage" not in run(["dvc", "repro"], repo).stdout
     assert (repo / "data/identity.yaml").read_bytes() == identity
     index = json.loads((repo / "data/sources/imagenet-val.json").read_text())
@@ -152,9 +149,9 @@ def test_data_elsewhere_rerun_nothing_and_changed_content_reruns_exactly_its_rea
     name = next(k for k in sorted(tensors) if tensors[k].ndim >= 2 and tensors[k].is_floating_point())
     save_file(tensors | {name: tensors[name] * 1.5}, weights, metadata)
     every, changed = jobs(repo), {"sources@imagenet-val", "zoo@clip-b16"}
-    assert planned(repo) == downstream(every, changed)
-    assert dvc_changed(repo) == {"check-params", *changed}
+    assert plans(repo) == (downstream(every, changed), {"check-params", *changed})
     run(["dvc", "repro", "-s", "check-params", "sources@imagenet-val"], repo)  # only the affected source
     index = json.loads((repo / "data/sources/imagenet-val.json").read_text())
     assert index["files"][index["keys"][0]] == hashlib.sha256(bytes(data)).hexdigest()
-    assert dvc_changed(repo) == readers(every, {"data/sources/imagenet-val.json"}) | {"zoo@clip-b16"}
+    stale = set(json.loads(run(["dvc", "status", "--json"], repo).stdout))
+    assert stale == readers(every, {"data/sources/imagenet-val.json"}) | {"zoo@clip-b16"}
