@@ -12,6 +12,7 @@ sys.path.insert(0, f"{workflow.basedir}/src")  # this checkout's registry, whate
 
 from taskgeom.pipeline import config as taskgeom_config
 from taskgeom.pipeline.dag import snakemake_rule
+from taskgeom.pipeline.identity import refresh
 from taskgeom.pipeline.registry import final_outputs
 from taskgeom.pipeline.schedule import priorities
 from taskgeom.pipeline.sync import commit_to_dvc, follow_dvc
@@ -32,6 +33,8 @@ try:
     taskgeom_config.validate(config, "params.yaml")
 except taskgeom_config.ParamsError as err:
     sys.exit(f"taskgeom: error: {err}")
+# the content of the data sets and checkpoints the profile reads from outside (pipeline/identity.py)
+IDENTITY = refresh(config)
 if workflow.is_main_process:  # not in a job that a cluster runs with its own `snakemake`
     follow_dvc(config)  # after `dvc repro`, `dvc checkout` or `dvc pull`: take DVC's state (pipeline/sync.py)
 

@@ -28,7 +28,8 @@ import pandas as pd
 import torch
 from stamp import write_stamped
 
-from taskgeom.data.sources import open_indexed, world_arrays
+from taskgeom.data.indexed import open_indexed
+from taskgeom.data.sources import world_arrays
 from taskgeom.data.world import FAMILIES
 from taskgeom.data.world.camera import backproject, relative_pose
 from taskgeom.evaluate.tasks import camera_errors, pose_encoding, valid_depth

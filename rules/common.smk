@@ -85,7 +85,7 @@ def stage_rule(name):
     """The rule of one registry stage, named as the stage (``prune-dense``, the name dvc.yaml,
     the ``taskgeom`` command and ``snakemake -R`` all use). A function per rule, so each rule's
     shell command and params close over their own stage."""
-    r = snakemake_rule(name, config, PRIORITIES)
+    r = snakemake_rule(name, config, PRIORITIES, IDENTITY)
 
     rule:
         name:

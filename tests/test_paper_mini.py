@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 
 from taskgeom.artifacts.checkpoints import CheckpointError
-from taskgeom.data.sources import open_indexed
+from taskgeom.data.indexed import open_indexed
 from taskgeom.models import pretrained, zoo
 from taskgeom.pipeline.runtime import StageContext
 from taskgeom.stages import diagnose as diagnose_stage
@@ -81,7 +81,7 @@ def test_dinov2_is_diagnosed_on_timms_transform_of_the_imagenet_files(mini):
     host = zoo.load(root / "zoo/dinov2-b14/model.safetensors", root / "zoo/dinov2-b14/config.json")
     size = manifest["models"]["dinov2-b14"]["img_size"]
     transform = create_transform(**resolve_data_config({"input_size": (3, size, size)}, model=host.vit))
-    with Image.open(source.keys[0]) as first, Image.open(source.keys[1]) as second:
+    with Image.open(source.root / source.keys[0]) as first, Image.open(source.root / source.keys[1]) as second:
         pixels = [transform(im.convert("RGB")).numpy() for im in (first, second)]
     assert seen["input_sha256"] == hashlib.sha256(b"".join(p.tobytes() for p in pixels)).hexdigest()
     assert seen["preprocess"]["mode"] == "timm" and result["images"] == 2

@@ -1,18 +1,24 @@
 """The paper profile end to end, in miniature: ``taskgeom fixtures paper-mini`` writes the paper's
 data sets and models in their real formats, ``taskgeom params use paper-mini && snakemake -c2``
 runs every stage of the paper profile on them, and the report holds every table of the paper that
-the profile produces, filled from that run, beside the paper's figures."""
+the profile produces, filled from that run, beside the paper's figures. Its files lie outside the
+repository, linked at data/external/paper-mini: a copy of them elsewhere reruns nothing, a changed
+byte or other weights rerun exactly what reads them (the run's copies, running single stages)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
 
 import pytest
-from conftest import copy_repo, run
+import yaml
+from conftest import copy_repo, copy_run, run, run_together
 
 from taskgeom.artifacts.tables import read_table
+from taskgeom.pipeline.registry import instances
+from taskgeom.pipeline.stage import resolve
 from taskgeom.stages.report import NO_ROWS
 
 pytestmark = pytest.mark.pipeline
@@ -33,8 +39,10 @@ PAPER_TABLES = {
 
 @pytest.fixture(scope="module")
 def mini(paper_mini_files: tuple[Path, dict], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    repo = copy_repo(tmp_path_factory.mktemp("paper-mini") / "repo", profile="paper-mini")
-    shutil.copytree(paper_mini_files[0], repo / "data/paper-mini")  # `taskgeom fixtures paper-mini data/paper-mini`
+    base = tmp_path_factory.mktemp("paper-mini")
+    repo = copy_repo(base / "repo", profile="paper-mini")
+    files = shutil.copytree(paper_mini_files[0], base / "files")  # where this machine keeps them
+    run(["taskgeom", "data", "link", "paper-mini", str(files)], repo)
     run(["taskgeom", "params", "use", "paper-mini"], repo)
     run(["snakemake", "--profile", "profiles/local", "--cores", "2"], repo)
     return repo
@@ -72,3 +80,78 @@ def test_each_stage_read_the_papers_data_sets_through_each_hosts_preprocessing(m
 
 def test_dvc_agrees_that_the_run_is_up_to_date(mini: Path):
     assert "up to date" in run(["dvc", "status"], mini).stdout
+
+
+# --- where the data lie is machine-local; what they hold is what counts (docs/sharing.md) ---
+
+def plans(repo: Path) -> tuple[set[str], set[str]]:
+    """(the shell commands of the jobs ``snakemake -n`` plans, the stages ``dvc status`` finds
+    changed), asked side by side."""
+    dry, status = run_together([["snakemake", "-n", "--printshellcmds"], ["dvc", "status", "--json"]], repo)
+    lines = dry.stdout.splitlines()
+    commands = {line.removeprefix("Shell command: ") for line in lines if line.startswith("Shell command: ")}
+    return commands - {"None"}, set(json.loads(status.stdout or "{}"))  # "None": the rule `all`
+
+
+def jobs(repo: Path) -> dict[str, tuple[str, set[str], set[str]]]:
+    """Every stage instance of the repository's params.yaml: command -> (DVC name, input files, output
+    files), from the registry both front ends are drawn from (test_front_ends: they agree)."""
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    out = {}
+    for stage, value in instances(params):
+        inputs, outputs = resolve(stage, params, value)
+        files = {str(p) for v in inputs.values() for p in (v if isinstance(v, list) else [v])}
+        out[stage.command(value) if value else stage.command()] = (stage.address(value), files,
+                                                                     {str(p) for p in outputs.values()})
+    return out
+
+
+def downstream(every: dict, names: set[str]) -> set[str]:
+    """The commands of the instances ``names`` and of every instance reading what they write, directly or not."""
+    chosen = {cmd for cmd, (name, _, _) in every.items() if name in names}
+    while grown := {cmd for cmd, (_, inputs, _) in every.items() if cmd not in chosen
+                    and inputs & set().union(*(every[c][2] for c in chosen))}:
+        chosen |= grown
+    return chosen
+
+
+def readers(every: dict, files: set[str]) -> set[str]:
+    return {name for name, inputs, _ in every.values() if inputs & files}
+
+
+def test_data_elsewhere_rerun_nothing_and_changed_content_reruns_exactly_its_readers(mini: Path, tmp_path: Path):
+    """On a copy of the run: the same files in another folder (and one checkpoint in a third) plan
+    nothing in either front end; one changed byte of one image and other weights in one checkpoint
+    plan exactly their entries' stages and everything downstream of them, nothing else."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    repo = copy_run(mini, tmp_path / "repo")
+    files = shutil.copytree((mini / "data/external/paper-mini").resolve(), tmp_path / "elsewhere/paper-mini")
+    run(["taskgeom", "data", "link", "paper-mini", str(files)], repo)
+    moved = shutil.move(files / "models/clip-b16", tmp_path / "checkpoints/clip-b16")  # one checkpoint apart
+    (files / "models/clip-b16").symlink_to(moved, target_is_directory=True)
+    identity = (repo / "data/identity.yaml").read_bytes()
+    assert plans(repo) == (set(), set())
+    assert "Running stage" not in run(["dvc", "repro"], repo).stdout
+    assert (repo / "data/identity.yaml").read_bytes() == identity
+    index = json.loads((repo / "data/sources/imagenet-val.json").read_text())
+    assert all(not Path(k).is_absolute() and "/" in k for k in index["keys"])  # <wnid>/ILSVRC2012_val_...
+
+    image = files / "imagenet-val" / index["keys"][0]  # in imagenet-val only: the imagenet-val-* are disjoint
+    data = bytearray(image.read_bytes())
+    assert data[6:11] == b"JFIF\0"
+    data[15] ^= 1  # the JFIF header's horizontal density: other bytes, the same pixels
+    image.write_bytes(bytes(data))
+    weights = moved / "model.safetensors"
+    with safe_open(weights, "pt") as f:
+        tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+    name = next(k for k in sorted(tensors) if tensors[k].ndim >= 2 and tensors[k].is_floating_point())
+    save_file(tensors | {name: tensors[name] * 1.5}, weights, metadata)
+    every, changed = jobs(repo), {"sources@imagenet-val", "zoo@clip-b16"}
+    assert plans(repo) == (downstream(every, changed), {"check-params", *changed})
+    run(["dvc", "repro", "-s", "check-params", "sources@imagenet-val"], repo)  # only the affected source
+    index = json.loads((repo / "data/sources/imagenet-val.json").read_text())
+    assert index["files"][index["keys"][0]] == hashlib.sha256(bytes(data)).hexdigest()
+    stale = set(json.loads(run(["dvc", "status", "--json"], repo).stdout))
+    assert stale == readers(every, {"data/sources/imagenet-val.json"}) | {"zoo@clip-b16"}

@@ -77,11 +77,12 @@ def test_the_shared_settings_have_the_same_shape(profiles):
     assert paper["learn"]["targets"]["power_iters"] == mini["learn"]["targets"]["power_iters"]
 
 
-def test_the_mini_profile_reads_only_the_fixture_files(profiles):
-    _, mini = profiles
-    for name, spec in mini["sources"].items():
-        for key in ("path", "labels", "meta", "splits"):
-            if spec.get(key):
-                assert spec[key].startswith("data/paper-mini/"), f"sources.{name}.{key}"
-    for name in mini["zoo"]:
-        assert mini["zoo"][name]["path"].startswith("data/paper-mini/models/"), f"zoo.{name}.path"
+def test_both_profiles_read_external_files_where_every_machine_links_them(profiles):
+    """data/external/<name> (docs/sharing.md): the mini profile only the fixture files under one link."""
+    for profile, prefix in zip(profiles, ("data/external/", "data/external/paper-mini/")):
+        for name, spec in profile["sources"].items():
+            for key in ("path", "labels", "meta", "splits"):
+                if spec.get(key):
+                    assert spec[key].startswith(prefix), f"{profile['profile']}: sources.{name}.{key}"
+        for name in profile["zoo"]:
+            assert profile["zoo"][name]["path"].startswith(prefix), f"{profile['profile']}: zoo.{name}.path"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import h5py
@@ -14,9 +15,11 @@ import pytest
 from PIL import Image
 
 from taskgeom.data.hdf5 import KIND_ATTR, StoreError, new_file
-from taskgeom.data.sources import SourceError, open_indexed
+from taskgeom.data.indexed import open_indexed
+from taskgeom.data.sources import SourceError
 from taskgeom.models import zoo
 from taskgeom.models.preprocess import world
+from taskgeom.pipeline import identity
 from taskgeom.pipeline.runtime import StageContext
 from taskgeom.stages import diagnose as diagnose_stage
 from taskgeom.stages import sources as sources_stage
@@ -30,13 +33,13 @@ DIAGNOSE = {"images": 3, "estimator": {"r": 4, "num_probes": 8, "power_iters": 1
 
 
 def known_images(root: Path) -> dict[str, np.ndarray]:
-    """Four PNGs of different shapes (lossless, so these pixels are what a reader gets)."""
+    """Four PNGs of different shapes (lossless, so these pixels are what a reader gets), by name."""
     known = {}
     for k, shape in enumerate([(40, 56), (32, 32), (50, 30), (33, 47)]):
         path = root / f"{k}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
-        known[str(path)] = np.random.default_rng(k).integers(0, 256, (*shape, 3), dtype=np.uint8)
-        Image.fromarray(known[str(path)]).save(path)
+        known[path.name] = np.random.default_rng(k).integers(0, 256, (*shape, 3), dtype=np.uint8)
+        Image.fromarray(known[path.name]).save(path)
     return known
 
 
@@ -101,3 +104,22 @@ def test_a_damaged_world_file_stops_the_sources_stage_naming_it_and_publishes_no
     path.write_bytes(bytes(data[:len(data) // 2]))  # a truncated copy: one line too (SourceError is a user's)
     with pytest.raises(SourceError, match=rf"sources\.mine: {path}: not a readable HDF5 file .*rerun fetch"):
         index(tmp_path, sources)
+
+
+def test_the_index_is_the_same_bytes_wherever_the_files_lie(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    known_images(tmp_path / "here/images")
+    shutil.copytree(tmp_path / "here/images", tmp_path / "there/images")
+    link = tmp_path / "data/external/images"  # the location convention: a machine-local link
+    link.parent.mkdir(parents=True)
+    sources = {"mine": {"kind": "folder", "path": "data/external/images"}}
+    indexes, identities = [], []
+    for place in ("here", "there"):
+        link.unlink(missing_ok=True)
+        link.symlink_to(tmp_path / place / "images")
+        indexes.append(index(tmp_path, sources).read_bytes())
+        identities.append(identity.compute({"sources": sources, "zoo": {}})["sources"]["mine"])
+    assert indexes[0] == indexes[1] and identities[0] == identities[1]
+    recorded = json.loads(indexes[0])
+    assert recorded["content_sha256"] == identities[0] and "machine" not in recorded["provenance"]
+    assert recorded["files"]["0.png"] == hashlib.sha256((tmp_path / "here/images/0.png").read_bytes()).hexdigest()

@@ -4,7 +4,9 @@ stratified, and every bad input is refused naming its key and file."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 from pathlib import Path
 
 import h5py
@@ -15,7 +17,9 @@ from PIL import Image
 
 from taskgeom.data import batches as batches_module
 from taskgeom.data.batches import InputDigest, batches, read_inputs
+from taskgeom.data.digests import Digests
 from taskgeom.data.hdf5 import KIND_ATTR, StoreError, new_file
+from taskgeom.data.indexed import open_indexed
 from taskgeom.data.sources import SourceError, open_source, stratified_subset, world_arrays
 from taskgeom.data.splits import read_world, to_input
 from taskgeom.data.world import WorldSpec, render_split
@@ -34,8 +38,9 @@ def folder(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
     for k, (cls, size) in enumerate([("b", (20, 30)), ("a", (33, 17)), ("a", (16, 16)), ("b", (40, 24))]):
         path = root / cls / ("deep" if k == 3 else "") / f"{k}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
-        known[str(path)] = _pixels(k, *size)
-        Image.fromarray(known[str(path)]).save(path)
+        key = path.relative_to(root).as_posix()  # keys are relative to the source's root
+        known[key] = _pixels(k, *size)
+        Image.fromarray(known[key]).save(path)
     return root, known
 
 
@@ -91,12 +96,12 @@ def test_a_world_source_of_one_family_holds_exactly_its_scenes(tmp_path):
     assert 0 < len(rooms) < 12
     spec = {"kind": "world", "split": "test", "path": str(path), "family": "room"}
     source = open_source("rooms", {"rooms": spec})
-    assert source.keys == [f"{path}[{i}]" for i in rooms] and source.labels.tolist() == labels[rooms].tolist()
+    assert source.keys == [f"test.h5[{i}]" for i in rooms] and source.labels.tolist() == labels[rooms].tolist()
     assert np.array_equal(source[1].depth, depth[rooms[1]])
     window = open_source("rooms", {"rooms": spec | {"range": [1, 3]}})
     assert np.array_equal(world_arrays(window, ("depth", "family"), "test")["depth"], depth[rooms[1:3]])
     outdoor = open_source("out", {"out": spec | {"family": "outdoor"}})
-    assert sorted(outdoor.keys + source.keys) == sorted(f"{path}[{i}]" for i in range(12))
+    assert sorted(outdoor.keys + source.keys) == sorted(f"test.h5[{i}]" for i in range(12))
 
 
 def test_a_non_finite_depth_is_refused_naming_the_file_and_scene(tmp_path):
@@ -241,3 +246,28 @@ def test_a_damaged_chunk_of_a_world_file_is_one_error_naming_the_file(tmp_path):
                  lambda: read_world(path)):
         with pytest.raises(StoreError, match=rf"{path}: damaged, a read failed .*rerun fetch"):
             read()
+
+
+def test_a_sources_keys_and_content_digest_do_not_depend_on_where_its_files_lie(folder, tmp_path):
+    root, _ = folder
+    copy = shutil.copytree(root, tmp_path / "elsewhere" / "copy")
+    spec = {"kind": "imagenet_sketch", "subset": {"count": 2, "seed": 3}}
+    here, there = (open_source("s", {"s": spec | {"path": str(p)}}) for p in (root, copy))
+    assert here.keys == there.keys and all(not Path(k).is_absolute() for k in here.keys)
+    assert [n for n, _ in here.files()] == [n for n, _ in there.files()] == here.keys
+    with Digests() as digests:
+        assert digests.named_sha256(here.files()) == digests.named_sha256(there.files())
+        changed = copy / there.keys[0]
+        changed.write_bytes(changed.read_bytes() + b"\0")  # one byte more: another identity
+        assert digests.named_sha256(here.files()) != digests.named_sha256(there.files())
+
+
+def test_a_reader_names_an_indexed_item_that_is_gone(folder, tmp_path):
+    root, _ = folder
+    sources = {"s": {"kind": "folder", "path": str(root)}}
+    index = tmp_path / "s.json"
+    source = open_source("s", sources)
+    index.write_text(json.dumps({**source.describe(), "keys": source.keys}))
+    (root / source.keys[1]).rename(tmp_path / "moved.png")
+    with pytest.raises(SourceError, match=rf"sources\.s: .*\({source.keys[1]} is not in {root} now\); rerun"):
+        open_indexed(index, sources)

@@ -61,12 +61,13 @@ class _Prepared(Dataset):
         item = self.source[index]
         views = item.image.ndim == 4
         out = {"x": self._each(self.image, item.image, views), "label": item.label, "key": item.key}
+        where = str(self.source.root / item.key)  # the file (and row) on this machine
         if self.depth is not None:
             if item.depth is None:
-                raise SourceError(f"sources.{self.source.name}: {item.key} has no depth (a dense task needs it)")
-            require_finite(np.asarray(item.depth)[None], f"sources.{self.source.name}: depth", lambda _: item.key)
+                raise SourceError(f"sources.{self.source.name}: {where} has no depth (a dense task needs it)")
+            require_finite(np.asarray(item.depth)[None], f"sources.{self.source.name}: depth", lambda _: where)
             out["depth"] = self._each(self.depth, item.depth, views)
-        require_finite(np.asarray(item.image)[None], f"sources.{self.source.name}: image", lambda _: item.key)
+        require_finite(np.asarray(item.image)[None], f"sources.{self.source.name}: image", lambda _: where)
         return out
 
 

@@ -26,13 +26,18 @@ with labels (each class's items shuffled by the seed, then taken rank by rank ov
 classes), otherwise a seeded permutation; one seed with disjoint windows gives disjoint
 subsets. Items stay in their source order. Items: ``Item`` with the image at its native size.
 Errors name the source key (``sources.<name>...``) and the file.
+
+Item keys are relative to the source's ``root`` (its folder, or the folder of its file:
+``n01440764/ILSVRC2012_val_00000293.JPEG``, ``nyu_depth_v2_labeled.mat[12]``), so a source's
+keys, and the digest of its files (``Digests.named_sha256(source.files())``), are the same
+wherever its files lie.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
-import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +63,7 @@ KINDS = ("world", "imagenet_val", "imagenet_sketch", "nyu_depth_v2", "folder", "
 WORLD_DIR = "data/world"
 DEPTH_KINDS = ("world", "nyu_depth_v2")  # kinds whose items carry ground-truth depth
 NYU_MAX_DEPTH = 10.0  # metres: the evaluation cap of NYU-Depth-V2 (Eigen et al. 2014)
+AUXILIARY = ("labels", "meta", "splits")  # a source's files besides its items' (devkit, NYU's splits)
 
 
 class SourceError(ValueError):
@@ -68,7 +74,7 @@ class SourceError(ValueError):
 class Item:
     """One image of a source: ``image`` (H, W, 3) uint8 or (V, H, W, 3) for a view group,
     ``label`` (-1 without labels), ``depth`` (H, W) / (V, H, W) float32 metres or None,
-    ``key`` where it came from (a file path or ``file[index]``)."""
+    ``key`` where it came from, relative to the source's root (a file, or ``file[index]``)."""
 
     image: np.ndarray
     label: int
@@ -114,24 +120,32 @@ def select(name: str, spec: Mapping[str, Any], labels: np.ndarray, subset: Mappi
 
 
 class Source(Dataset):
-    """A named source's selected items. ``keys``, ``labels`` index them; ``read(i)`` loads one."""
+    """A named source's selected items. ``keys``, ``labels`` index them; ``read(i)`` loads one.
+    Keys are relative to ``root``; ``item_files(i)`` names the files behind item i (relative to
+    ``root`` too; by default its key without a ``[row]`` suffix)."""
 
     def __init__(self, name: str, spec: Mapping[str, Any], keys: list[str], labels: np.ndarray,
                  read: Callable[[int], Item], classes: list[str] | None = None,
-                 max_depth: float | None = None, stored: np.ndarray | None = None) -> None:
+                 max_depth: float | None = None, stored: np.ndarray | None = None, *, root: Path,
+                 item_files: Callable[[int], list[str]] | None = None) -> None:
         """Select items by ``spec``'s ``range``, then its ``subset`` (module docstring).
 
         Args:
             name: the source's key in ``sources``.
             spec: its params entry (``kind``, ``range``, ``subset``, ...).
-            keys: every item's origin, in source order.
+            keys: every item's origin relative to ``root``, in source order.
             labels: (n,) int64 labels, -1 without.
             read: item position -> Item.
             classes: class names by label, or None.
             max_depth: the depth cap of its ground truth (metres), or None.
             stored: (n,) each item's row in its file (default 0..n − 1).
+            root: the folder the keys are relative to.
+            item_files: item position -> the files behind it, relative to ``root`` (default: its
+                key without a ``[row]`` suffix).
         """
         self.name, self.spec, self.classes, self.max_depth = name, dict(spec), classes, max_depth
+        self.root = Path(root)
+        self._item_files = item_files or (lambda i: [re.sub(r"\[\d+\]$", "", keys[i])])
         # item i's position in its file (a world source of one family skips the other's scenes)
         self.stored = np.arange(len(keys)) if stored is None else stored
         self.has_depth = spec["kind"] in DEPTH_KINDS
@@ -179,6 +193,13 @@ class Source(Dataset):
         for i in range(len(self)):
             self[i]
 
+    def files(self) -> list[tuple[str, Path]]:
+        """(name, path) of every file behind the selected items, named relative to ``root``,
+        then of the auxiliary files (``labels``, ``meta``, ``splits``), named ``<key>``."""
+        names = sorted({n for i in self.indices for n in self._item_files(int(i))})
+        return [(n, self.root / n) for n in names] + [(f"<{k}>", Path(self.spec[k]).expanduser())
+                                                        for k in AUXILIARY if self.spec.get(k)]
+
     def describe(self) -> dict[str, Any]:
         """For provenance: the spec, the count and a digest of the selected keys."""
         digest = hashlib.sha256("\n".join(self.keys).encode()).hexdigest()
@@ -223,9 +244,10 @@ def _world(name: str, spec: Mapping[str, Any]) -> Source:
         f = files.get("f") or files.setdefault("f", h5py.File(path, "r"))  # one handle per worker
         j = int(stored[i])
         with reading(path, "world"):
-            return Item(f[f"r{res}/{domain}"][j], int(labels[j]), f[f"r{res}/depth"][j], f"{path}[{j}]")
+            return Item(f[f"r{res}/{domain}"][j], int(labels[j]), f[f"r{res}/depth"][j], f"{path.name}[{j}]")
 
-    return Source(name, spec, [f"{path}[{j}]" for j in stored], labels[stored], read, None, max_depth, stored)
+    return Source(name, spec, [f"{path.name}[{j}]" for j in stored], labels[stored], read, None, max_depth, stored,
+                  root=path.parent)
 
 
 def _class_folders(name: str, spec: Mapping[str, Any]) -> Source:
@@ -238,8 +260,15 @@ def _class_folders(name: str, spec: Mapping[str, Any]) -> Source:
     labels = np.array([label for _, label in dataset.samples], dtype=np.int64)
     order = np.argsort([str(p) for p in paths], kind="stable")  # file order, not interleaved
     paths, labels = [paths[i] for i in order], labels[order]
-    return Source(name, spec, [str(p) for p in paths], labels,
-                  lambda i: Item(read_rgb(paths[i]), int(labels[i]), None, str(paths[i])), dataset.classes)
+    return _files_source(name, spec, root, paths, labels, dataset.classes)
+
+
+def _files_source(name: str, spec: Mapping[str, Any], root: Path, paths: list[Path], labels: np.ndarray,
+                  classes: list[str] | None) -> Source:
+    """A source of one image file per item, keyed by its path relative to ``root``."""
+    keys = [Path(p).relative_to(root).as_posix() for p in paths]
+    return Source(name, spec, keys, labels, lambda i: Item(read_rgb(paths[i]), int(labels[i]), None, keys[i]),
+                  classes, root=root)
 
 
 def _imagenet_val(name: str, spec: Mapping[str, Any]) -> Source:
@@ -253,8 +282,7 @@ def _imagenet_val(name: str, spec: Mapping[str, Any]) -> Source:
         raise SourceError(f"sources.{name}: {err}") from None
     paths = [p for p, _ in dataset.samples]
     labels = np.array([label for _, label in dataset.samples], dtype=np.int64)
-    return Source(name, spec, [str(p) for p in paths], labels,
-                  lambda i: Item(read_rgb(paths[i]), int(labels[i]), None, str(paths[i])), dataset.classes)
+    return _files_source(name, spec, root, paths, labels, dataset.classes)
 
 
 def _nyu(name: str, spec: Mapping[str, Any]) -> Source:
@@ -268,10 +296,10 @@ def _nyu(name: str, spec: Mapping[str, Any]) -> Source:
 
     def read(i: int) -> Item:
         rgb, depth = dataset.frame(i)
-        return Item(rgb, -1, depth, f"{mat}[{int(dataset.indices[i])}]")
+        return Item(rgb, -1, depth, f"{mat.name}[{int(dataset.indices[i])}]")
 
-    keys = [f"{mat}[{int(n)}]" for n in dataset.indices]
-    return Source(name, spec, keys, np.full(len(keys), -1, np.int64), read, None, NYU_MAX_DEPTH)
+    keys = [f"{mat.name}[{int(n)}]" for n in dataset.indices]
+    return Source(name, spec, keys, np.full(len(keys), -1, np.int64), read, None, NYU_MAX_DEPTH, root=mat.parent)
 
 
 def _folder(name: str, spec: Mapping[str, Any]) -> Source:
@@ -279,8 +307,7 @@ def _folder(name: str, spec: Mapping[str, Any]) -> Source:
     paths = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
     if not paths:
         raise SourceError(f"sources.{name}.path: {root} holds no {'/'.join(IMAGE_EXTENSIONS)} images")
-    return Source(name, spec, [str(p) for p in paths], np.full(len(paths), -1, np.int64),
-                  lambda i: Item(read_rgb(paths[i]), -1, None, str(paths[i])), None)
+    return _files_source(name, spec, root, paths, np.full(len(paths), -1, np.int64), None)
 
 
 def _sequences(name: str, spec: Mapping[str, Any]) -> Source:
@@ -299,10 +326,11 @@ def _sequences(name: str, spec: Mapping[str, Any]) -> Source:
         if len({f.shape for f in frames}) > 1:
             raise SourceError(f"sources.{name}: the views of {groups[i][0].parent} differ in size "
                               f"({sorted({f.shape[:2] for f in frames})})")
-        return Item(np.stack(frames), -1, None, str(groups[i][0].parent))
+        return Item(np.stack(frames), -1, None, keys[i])
 
-    keys = [str(g[0].parent) for g in groups]
-    return Source(name, spec, keys, np.full(len(keys), -1, np.int64), read, None)
+    keys = [g[0].parent.relative_to(root).as_posix() for g in groups]
+    return Source(name, spec, keys, np.full(len(keys), -1, np.int64), read, None, root=root,
+                  item_files=lambda i: [f.relative_to(root).as_posix() for f in groups[i]])
 
 
 OPENERS: dict[str, Callable[[str, Mapping[str, Any]], Source]] = {
@@ -334,30 +362,6 @@ def open_source(name: str, sources: Mapping[str, Mapping[str, Any]] | None) -> S
     if len(source) == 0:
         raise SourceError(f"sources.{name}: no items ({spec.get('path', spec.get('split'))})")
     return source
-
-
-def open_indexed(index: str | Path, sources: Mapping[str, Mapping[str, Any]] | None,
-                 resolution: int | None = None) -> Source:
-    """The source that the ``sources`` stage indexed into ``index``, opened from ``sources``;
-    refused if its selection differs from the index's (params changed since: rerun that stage).
-    ``resolution`` picks a world source's render at that side (other kinds are resized by the
-    host's preprocessing)."""
-    recorded = json.loads(Path(index).read_text())
-    name = recorded["name"]
-    if resolution is not None and (sources or {}).get(name, {}).get("kind") == "world":
-        sources = {**sources, name: {**sources[name], "resolution": int(resolution)}}
-    source = open_source(name, sources)
-    if source.describe()["keys_sha256"] != recorded["keys_sha256"]:
-        raise SourceError(f"sources.{recorded['name']}: its items differ from {index}'s; rerun the sources stage")
-    return source
-
-
-def open_named(name: str, indexes: list[Path], sources: Mapping[str, Mapping[str, Any]] | None) -> Source:
-    """``open_indexed`` of source ``name`` among the index files ``indexes`` (data/sources/<name>.json)."""
-    for index in indexes:
-        if Path(index).stem == name:
-            return open_indexed(index, sources)
-    raise SourceError(f"sources.{name}: no index among {[str(i) for i in indexes]}; rerun the sources stage")
 
 
 def world_arrays(source: Source, keys: tuple[str, ...], what: str) -> dict[str, np.ndarray]:

@@ -33,8 +33,9 @@ from torch import Tensor
 from torchvision.transforms import InterpolationMode
 
 from taskgeom.data.batches import InputDigest
+from taskgeom.data.indexed import open_indexed
 from taskgeom.data.real import center_square
-from taskgeom.data.sources import Source, SourceError, open_indexed
+from taskgeom.data.sources import Source, SourceError
 from taskgeom.data.splits import MEAN as WORLD_MEAN
 from taskgeom.data.splits import STD as WORLD_STD
 

@@ -9,6 +9,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import shutil
 import sys
 import time
@@ -164,6 +165,19 @@ def fixtures_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def data_command(args: argparse.Namespace) -> int:
+    """Link a data set or checkpoint where this machine keeps it (pipeline/external.py)."""
+    from taskgeom.pipeline.external import link
+
+    try:
+        where = link(args.name, args.path)
+    except (OSError, ValueError) as exc:
+        print(f"taskgeom: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{where} -> {os.readlink(where)}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="taskgeom",
@@ -204,6 +218,13 @@ def parser() -> argparse.ArgumentParser:
     mini.add_argument("dir", metavar="DIR", help="a new or empty directory, or an earlier paper-mini output")
     fx.set_defaults(func=fixtures_command)
     inspect_command.add_parser(sub)
+    da = sub.add_parser("data", help="Say where this machine keeps a data set or checkpoint (data/external/NAME).")
+    dasub = da.add_subparsers(dest="action", required=True)
+    ln = dasub.add_parser("link", help="Point data/external/NAME at PATH (a folder or file), replacing an earlier "
+                                       "link; the pipeline tracks the files by content, not location.")
+    ln.add_argument("name", metavar="NAME", help="the name profiles read it by, e.g. imagenet-val or paper-mini")
+    ln.add_argument("path", metavar="PATH", help="where this machine keeps it")
+    da.set_defaults(func=data_command)
     sv = sub.add_parser("serve", help="Import every stage once and run the taskgeom commands of every process "
                                       f"whose environment has {server.ENV}=SOCKET (see pipeline/server.py).")
     sv.add_argument("--socket", required=True, help="the Unix socket to listen on")

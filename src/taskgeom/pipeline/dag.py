@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from taskgeom.pipeline import config
+from taskgeom.pipeline.identity import IDENTITY, value_at
 from taskgeom.pipeline.registry import PARAMS_OK, STAGES
 from taskgeom.pipeline.schedule import job_name
 from taskgeom.pipeline.stage import Collect, Stage, fill, param_keys
@@ -42,11 +43,13 @@ def dvc_stage(stage: Stage) -> dict:
                               for d in stage.deps.values()))
     name = "${key}" if stage.keyed else "${item}"
     body = {"cmd": stage.command(name) if stage.wildcard else stage.command(), "deps": deps + list(stage.code)}
-    if stage.params:
+    if stage.params or stage.identity:
         body["params"] = [dvc_path(k, stage) for k in stage.params]
+        body["params"] += [{IDENTITY: [dvc_path(k, stage) for k in stage.identity]}] if stage.identity else []
     staged_plots = {k: plot for k, plot in stage.plots.items() if not plot.several}
     declared = set(stage.metrics) | set(staged_plots)
-    body["outs"] = [{dvc_path(p, stage): {"persist": True}} if stage.persist else dvc_path(p, stage)
+    body["outs"] = [{dvc_path(p, stage): {"cache": False, "persist": True}} if k in stage.recomputed
+                    else {dvc_path(p, stage): {"persist": True}} if stage.persist else dvc_path(p, stage)
                     for k, p in stage.outs.items() if k not in declared]
     if stage.metrics:
         body["metrics"] = [dvc_path(stage.outs[k], stage) for k in stage.metrics]
@@ -85,9 +88,20 @@ class SnakemakeRule:
     priority: Callable[[Any], int]
 
 
-def snakemake_rule(name: str, params: dict, priorities: Mapping[str, int] | None = None) -> SnakemakeRule:
+def rule_values(s: Stage, params: dict, value: str | None, identity: dict) -> str:
+    """A job's ``values`` param: the params keys it reads, with their values, and its entries of
+    ``identity`` (``pipeline/identity.py``) under ``"identity"``; Snakemake reruns the job when it changes."""
+    values = config.select(params, param_keys(s, params, value))
+    if s.identity:
+        values["identity"] = {key: value_at(identity, key) for key in (fill(k, s, value, params) for k in s.identity)}
+    return json.dumps(values, sort_keys=True)
+
+
+def snakemake_rule(name: str, params: dict, priorities: Mapping[str, int] | None = None,
+                   identity: dict | None = None) -> SnakemakeRule:
     """The rule of stage ``name``; its jobs' priorities from ``priorities`` (``schedule.priorities``,
-    by ``schedule.job_name``), 0 for a job it lacks."""
+    by ``schedule.job_name``), 0 for a job it lacks; the content of what it reads from outside the
+    pipeline from ``identity`` (``identity.refresh``)."""
     from taskgeom.pipeline.registry import stage as lookup
 
     s = lookup(name)
@@ -104,8 +118,7 @@ def snakemake_rule(name: str, params: dict, priorities: Mapping[str, int] | None
     inputs["code"] = list(s.code)
 
     def values(wildcards) -> str:
-        value = getattr(wildcards, s.wildcard) if s.wildcard else None
-        return json.dumps(config.select(params, param_keys(s, params, value)), sort_keys=True)
+        return rule_values(s, params, getattr(wildcards, s.wildcard) if s.wildcard else None, identity or {})
 
     resources = {"mem_mb": s.mem_mb, "runtime": s.runtime}
     if s.gpu and params["device"] != "cpu":  # a scheduler may place it on a GPU node

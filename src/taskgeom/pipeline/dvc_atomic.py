@@ -14,6 +14,10 @@ read RWLock-file". Here its writes go through ``atomic_path`` too. DVC makes the
 ``rwlock.lock``, so a temporary file that the holder of that lock finds beside the rwlock was left
 by a writer killed before its rename, and is removed.
 
+Before ``status``, ``repro``, ``exp``, ``pull`` and ``checkout``, the launcher also brings ``data/identity.yaml`` up to
+date (``refresh_identity``): DVC reads the content of the data sets and checkpoints that the
+stages read from outside the pipeline as parameters from it.
+
 The commit the Snakefile's ``onsuccess`` runs (``sync.commit_to_dvc``, through ``dvc_commit``)
 writes through this module, and so does every ``dvc`` command of the project's environment: its
 ``dvc`` launcher runs this module (``envs/setup-venv.sh``). A DVC installed elsewhere writes as
@@ -111,7 +115,26 @@ def patch_dvc() -> None:
     _yaml._dump_data = dump
 
 
+REFRESHING = ("status", "repro", "exp", "pull", "checkout")  # commands that read or restore the workspace
+
+
+def refresh_identity(argv: list[str]) -> None:
+    """Before a command in ``REFRESHING``, recompute ``data/identity.yaml`` (``pipeline/identity.py``)
+    from a valid params.yaml in the working directory, so DVC sees the content of what the stages
+    read from outside the pipeline as it is now; an invalid params.yaml is left to check-params."""
+    if not argv or argv[0] not in REFRESHING or not Path("dvc.yaml").is_file():
+        return
+    from taskgeom.pipeline import config, identity
+
+    try:
+        params = config.load("params.yaml")
+    except config.ParamsError:
+        return
+    identity.refresh(params)
+
+
 def main(argv: list[str]) -> int:
+    refresh_identity(argv)
     patch_dvc()
     from dvc.cli import main as dvc_main
 

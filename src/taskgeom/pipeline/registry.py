@@ -28,6 +28,7 @@ from collections.abc import Iterator
 
 from taskgeom.pipeline import paths
 from taskgeom.pipeline.config import get
+from taskgeom.pipeline.identity import IDENTITY
 from taskgeom.pipeline.paths import ALL_SOURCES, SOURCE_INDEX, headline, plot_data, reads, source_params
 from taskgeom.pipeline.stage import PARAMS_OK, Collect, Plot, Stage, fill
 
@@ -59,10 +60,10 @@ STAGES: tuple[Stage, ...] = (
         name="check-params",
         help="Validate params.yaml against the schema before anything else runs (every stage depends on it).",
         deps={"params": "params.yaml", "schema": f"{PKG}/params.schema.yaml"},
-        outs={"ok": PARAMS_OK},
+        outs={"ok": PARAMS_OK, "identity": IDENTITY},
         params=COLLECTED,  # it makes room for the collections a profile leaves empty
-        dvc_only=True,
-        persist=True,      # a rejected params.yaml leaves data/params.ok: restoring params.yaml restores the state
+        dvc_only=True, persist=True,  # a rejected params.yaml leaves data/params.ok: restoring it restores the state
+        recomputed=("identity",),  # rewritten from the data before each decision (pipeline/identity.py)
     ),
     Stage(
         name="fetch",
@@ -86,6 +87,7 @@ STAGES: tuple[Stage, ...] = (
         deps={"params_ok": PARAMS_OK, **WORLD_FILES},
         outs={"index": SOURCE_INDEX.format(source="{source}")},
         params=("sources.{source}",),
+        identity=("sources.{source}",),  # the content of its files, wherever they lie
         wildcard="source",
         foreach="sources",
         keyed=True,
@@ -107,6 +109,7 @@ STAGES: tuple[Stage, ...] = (
         metrics=("headline",),
         plots={"loss_plot": Plot(STEP, ("train_loss",), "training loss", STEP, LOSS)},
         params=("zoo.{model}", "device", *source_params("model", "train", "test")),
+        identity=("zoo.{model}",),  # a paper model's checkpoint, by content
         wildcard="model",
         foreach="zoo",
         keyed=True,

@@ -12,6 +12,10 @@ Some outputs are more than files to DVC: ``metrics`` names the outputs that hold
 headline figures (``dvc metrics show``, ``dvc exp show``) and ``plots`` the outputs that hold
 rows to draw, with their axes (``Plot``; ``dvc plots show``). Both front ends still make them
 as ordinary outputs; only dvc.yaml declares them apart (``dag.dvc_stage``).
+
+``identity`` names the entries of ``data/identity.yaml`` (the content of what the stage reads
+from outside the pipeline, ``pipeline/identity.py``) that count as its parameters: DVC reads
+them from that file, Snakemake's rule carries them among its params.
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ class Stage:
     persist: bool = False                # DVC keeps its outputs in place while it reruns it (``persist: true``)
     metrics: tuple[str, ...] = ()        # names of outs that DVC declares as metrics
     plots: dict[str, Plot] = field(default_factory=dict)  # names of outs that DVC draws, and how
+    identity: tuple[str, ...] = ()       # keys of data/identity.yaml it reads (pipeline/identity.py)
+    recomputed: tuple[str, ...] = ()     # outs DVC neither caches nor restores (cache: false, persist: true)
 
     def __post_init__(self) -> None:
         for name in (*self.metrics, *self.plots):

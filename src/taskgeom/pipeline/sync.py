@@ -49,11 +49,11 @@ from hashlib import sha256
 from pathlib import Path
 
 from taskgeom.artifacts.atomic import atomic_path, leftovers
-from taskgeom.pipeline.config import select
-from taskgeom.pipeline.dag import snakemake_rule
+from taskgeom.pipeline import identity as content_identity
+from taskgeom.pipeline.dag import rule_values, snakemake_rule
 from taskgeom.pipeline.publish import KEPT, keep
 from taskgeom.pipeline.registry import instances
-from taskgeom.pipeline.stage import PARAMS_OK, Stage, param_keys, resolve
+from taskgeom.pipeline.stage import PARAMS_OK, Stage, resolve
 from taskgeom.pipeline.tools import require
 
 require("snakemake", "dvc")  # its records imitate this Snakemake's; its commit patches this DVC
@@ -226,7 +226,7 @@ def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
     status = subprocess.run(["dvc", "--wait-for-lock", "status", "--json"], cwd=root, check=True, capture_output=True,
                             text=True)
     stale = {name.split(":")[-1]: why for name, why in json.loads(status.stdout or "{}").items()}
-    followed = []
+    identity, followed = content_identity.read(root), []
     for stage, value in instances(params):
         inputs, outs = resolve(stage, params, value)
         if not all((root / o).exists() for o in outs.values()):
@@ -241,7 +241,7 @@ def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
             continue
         for output in outs.values():
             after(root / output, newest)
-            write_record(root, output, stage, value, params, input_files)
+            write_record(root, output, stage, value, params, input_files, identity)
         keep(outs.values(), root / KEPT, root)  # what a rerun that fails leaves (pipeline/publish.py)
         benchmark = root / stage.benchmark.replace(f"{{{stage.wildcard}}}", value or "")
         if benchmark.is_file():  # Snakemake counts a job's benchmark among its outputs' times
@@ -282,20 +282,19 @@ def after(path: Path, newest: int) -> None:
 
 
 def write_record(root: Path, output: Path, stage: Stage, value: str | None, params: dict,
-                 input_files: list[str]) -> None:
+                 input_files: list[str], identity: dict) -> None:
     """Snakemake's record of ``output``, as its own run of the job would have written it; the
     software environment is kept from an existing record (it is not ours to compute)."""
     path = root / SNAKEMAKE_METADATA / urlsafe_b64encode(str(output).encode()).decode()
     old = json.loads(path.read_text()) if path.is_file() else {}
     rule = snakemake_rule(stage.name, params)
-    keys = param_keys(stage, params, value)
     mtime = (root / output).stat().st_mtime
     record = {
         "rule": stage.name,
         "input": input_files,
         "log": [stage.log.replace(f"{{{stage.wildcard}}}", value or "")],
         "shellcmd": stage.command(value) if value else stage.command(),
-        "params": [repr(json.dumps(select(params, keys), sort_keys=True))],
+        "params": [repr(rule_values(stage, params, value, identity))],
         "code": rule.shell,
         "record_format_version": RECORD_FORMAT_VERSION,
         "conda_env": old.get("conda_env"),

@@ -23,7 +23,7 @@ from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import atomic_path, write_json
 from taskgeom.data.batches import InputDigest, batches
 from taskgeom.data.hdf5 import KIND_ATTR, encode_attrs, new_file
-from taskgeom.data.sources import open_indexed
+from taskgeom.data.indexed import open_indexed
 from taskgeom.diagnostics import REGIMES, Diagnosis, diagnose, diagnose_exact, regime
 from taskgeom.evaluate.stats import summarize
 from taskgeom.linalg.operator import JacobianOperator

@@ -24,7 +24,8 @@ import yaml
 
 from taskgeom.artifacts.figures import plt, save_figure, series_styles
 from taskgeom.artifacts.tables import read_table, write_table
-from taskgeom.data.sources import first_view, open_named
+from taskgeom.data.indexed import open_named
+from taskgeom.data.sources import first_view
 from taskgeom.pipeline.runtime import StageContext
 
 ABLATION_KEYS = ("target", "w_rank", "train_images", "width", "heads", "layers", "steps")

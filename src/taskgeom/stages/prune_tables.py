@@ -26,7 +26,7 @@ import yaml
 from taskgeom.artifacts.atomic import write_text
 from taskgeom.artifacts.figures import PAPER, plt, save_figure, series_styles
 from taskgeom.artifacts.tables import ALPHA, add_effects, comparison, read_table, write_table
-from taskgeom.data.sources import open_named
+from taskgeom.data.indexed import open_named
 from taskgeom.pipeline.runtime import StageContext
 
 TABLE2_METHODS = ("random", "tome_score", "importance")

@@ -19,7 +19,7 @@ import yaml
 
 from taskgeom.artifacts.figures import plt, save_figure, series_styles
 from taskgeom.artifacts.tables import write_table
-from taskgeom.data.sources import open_named
+from taskgeom.data.indexed import open_named
 from taskgeom.pipeline.runtime import StageContext
 
 METHODS = ("drm", "l2", "cosine")

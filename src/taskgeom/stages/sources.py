@@ -2,54 +2,35 @@
 
 Every selected item is decoded once, and every chunk of a world file read against its checksum
 (a corrupt or damaged file stops the pipeline here, before any experiment, naming the file and
-what to do), and the index records what the source holds: its settings, the selected items'
-keys and labels, and a sha256 of the content of every file behind them. Stages
-that read the source depend on this index, so a source whose selection or content changes
-reruns its readers, and one that does not leaves them alone. Data sets outside the pipeline are
-taken as fixed releases: after replacing their files, rerun this stage (``snakemake -R sources``
-or ``dvc repro -f sources@<name>``).
+what to do), and the index records what the source holds: its settings, the
+selected items' keys (relative to the source's root) and labels, each file's sha256 and a
+digest of them all (``content_sha256``; ``pipeline/identity.py`` computes the same digest
+when it plans, so a changed byte reruns this stage and its readers, and a copy of the files
+elsewhere reruns nothing). Nothing in the index depends on where the files lie or on the
+machine: its provenance leaves the machine out, so the index is byte-identical on any machine
+that holds the same files and runs the same code.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
-from pathlib import Path
-
 from taskgeom.artifacts.atomic import write_json
+from taskgeom.data.digests import Digests, combined
 from taskgeom.data.hdf5 import verify_store
-from taskgeom.data.sources import Source, open_source
+from taskgeom.data.sources import open_source
 from taskgeom.pipeline.runtime import StageContext
-
-CHUNK = 1 << 20
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            h.update(block)
-    return h.hexdigest()
-
-
-def backing_files(source: Source) -> list[Path]:
-    """The files the selected items come from (an item key ``file[i]`` is row i of ``file``) and
-    the source's auxiliary files (devkit labels and meta, NYU's splits)."""
-    files = {Path(re.sub(r"\[\d+\]$", "", key)) for key in source.keys}
-    files |= {Path(source.spec[k]) for k in ("labels", "meta", "splits") if source.spec.get(k)}
-    return sorted(files)
 
 
 def run(ctx: StageContext) -> None:
     source = open_source(ctx.wildcard, ctx.params["sources"])
-    files = backing_files(source)
-    for path in files if source.spec["kind"] == "world" else ():
+    files = source.files()
+    for _, path in files if source.spec["kind"] == "world" else ():
         verify_store(path, "world")  # every chunk, each against its checksum, not only the selected items'
     source.check()
-    content = hashlib.sha256("".join(f"{p}\t{file_digest(p)}\n" for p in ctx.progress(files, desc="hash")).encode())
+    with Digests() as digests:
+        sha = {name: digests.file_sha256(path) for name, path in ctx.progress(files, desc="hash")}
     ctx.log.info("source %s: %d items from %d file(s), %s", ctx.wildcard, len(source), len(files),
                  "labelled" if (source.labels >= 0).any() else "unlabelled")
+    provenance = {k: v for k, v in ctx.provenance().items() if k != "machine"}
     write_json(ctx.outputs["index"], {
-        **source.describe(), "content_sha256": content.hexdigest(), "classes": source.classes,
-        "keys": source.keys, "labels": source.labels.tolist(), "provenance": ctx.provenance()})
+        **source.describe(), "content_sha256": combined(sha), "classes": source.classes,
+        "keys": source.keys, "labels": source.labels.tolist(), "files": sha, "provenance": provenance})

@@ -24,7 +24,9 @@ from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.checkpoints import CheckpointError
 from taskgeom.artifacts.tables import write_table
 from taskgeom.data.batches import InputDigest
-from taskgeom.data.sources import Source, SourceError, open_indexed, world_arrays
+from taskgeom.data.digests import Digests
+from taskgeom.data.indexed import open_indexed
+from taskgeom.data.sources import Source, SourceError, world_arrays
 from taskgeom.finite import check_step
 from taskgeom.models import preprocess, pretrained
 from taskgeom.models.host import param_count
@@ -114,8 +116,10 @@ def run_pretrained(ctx: StageContext, cfg: dict) -> None:
     metrics = {k: round(v, 6) for k, v in metrics.items()}
     ctx.log.info("%s zero-shot on %s: %s", ctx.wildcard, test.name, metrics)
     provenance = ctx.provenance() | {"input": preprocess.seen(test, prep, digest)}
+    with Digests() as digests:  # the checkpoint's identity is its content (pipeline/identity.py), not its path
+        weights = digests.tree_sha256(Path(cfg["path"]).expanduser())
     save(host, entry, ctx.outputs["weights"], ctx.outputs["config"],
-         ctx.provenance(), {"parameters": param_count(host), "weights_source": str(cfg["path"])})
+         ctx.provenance(), {"parameters": param_count(host), "weights_sha256": weights})
     write_json(ctx.outputs["metrics"], {"model": ctx.wildcard, "kind": "pretrained", "metrics": metrics,
                                         "parameters": param_count(host), "steps": 0, "provenance": provenance,
                                         "test_scenes": len(test)})
