@@ -91,12 +91,11 @@ def test_invalid_params_fail_before_any_work_and_keep_outputs_and_logs(smoke: Pa
     snapshot = kept()
     try:
         params_path.write_text(original.replace("  resolution: 64", "  resolution: 64\n  sede: 1"))
-        for cmd, named in ((["snakemake", "--cores", "2", "--forceall"], "('sede' was unexpected)"),
-                           (["dvc", "repro", "--force"], "unknown key world.sede"),
-                           (["taskgeom", "fetch", "--log", "logs/fetch.log"], "unknown key world.sede")):
+        for cmd in (["snakemake", "--cores", "2", "--forceall"], ["dvc", "repro", "--force"],
+                    ["taskgeom", "fetch", "--log", "logs/fetch.log"]):
             proc = run(cmd, smoke, check=False)
             assert proc.returncode != 0, cmd
-            assert named in proc.stdout + proc.stderr, cmd
+            assert "unknown key world.sede" in proc.stdout + proc.stderr, cmd
         params_path.write_text(original.replace("lr: 0.002", "lr: -1.0", 1))
         proc = run(["taskgeom", "zoo", "--model", "tiny-cls", "--log", "logs/zoo/tiny-cls.log"], smoke, check=False)
         assert proc.returncode == 2 and "zoo.tiny-cls.lr" in proc.stderr
