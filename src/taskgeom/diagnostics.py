@@ -256,7 +256,7 @@ def _tail_rounds(op: JacobianOperator, basis: Tensor, J_basis: Tensor, top: Tens
         rounds.append(lanczos_quadrature(op, Z[:, used:used + k], steps, basis, scale, side, rule="radau",
                                          keep_vectors=True))
         used += k
-        tail = _concat(rounds)
+        tail = Quadrature.concat(rounds)
         plain = (tail.weights * tail.nodes).sum(1)             # the runs' Hutchinson samples of tr(PgP)
         pool = tuple(x[:LOO_POOL] for x in tail.krylov)         # the runs whose vectors deflate the samples
         samples = torch.cat([leave_one_out_residuals(*tail.krylov, tail.norms, side == "output", LOO_POOL),
@@ -277,30 +277,25 @@ def _tail_rounds(op: JacobianOperator, basis: Tensor, J_basis: Tensor, top: Tens
     return tail, T - T0, float(g.mean()), density
 
 
-def _concat(parts: list[Quadrature]) -> Quadrature:
-    """The runs of several quadratures as one (rules padded with zero-weight nodes, Krylov vectors
-    with zero columns where a round's runs all closed early)."""
-    s = max(q.nodes.shape[1] for q in parts)
-    pad = lambda x, n: torch.nn.functional.pad(x, (0, n - x.shape[-1]))
-    gauss = _concat([q.gauss for q in parts]) if all(q.gauss is not None for q in parts) else None
-    out = Quadrature(nodes=torch.cat([pad(q.nodes, s) for q in parts]),
-                     weights=torch.cat([pad(q.weights, s) for q in parts]),
-                     products=sum(q.products for q in parts), gauss=gauss)
-    if all(q.norms is not None for q in parts):
-        out.norms = torch.cat([q.norms for q in parts])
-    if all(q.krylov is not None for q in parts):
-        k = max(q.krylov[0].shape[2] for q in parts)
-        out.krylov = tuple(torch.cat([pad(x, k) for x in xs]) for xs in zip(*(q.krylov for q in parts)))
-    return out
-
-
 def diagnose_operator(op: JacobianOperator, r: int = 20, num_probes: int = 100, power_iters: int | str = 2,
                       seed: int = 0, *, block: int | None = None, lanczos_steps: int = 2,
                       probes_per_round: int = 8, kappa_atol: float = 0.005,
                       entropy_atol: float = 0.02, trace_probes: int = 16) -> Diagnosis:
     """``diagnose`` on an existing JacobianOperator, whose counters keep running.
 
-    Takes ``diagnose``'s arguments, with ``op`` in place of f and F (and of ``linearize``).
+    Args:
+        op: J of the probe map at the point, ``in_shape`` (N, D) (in place of ``diagnose``'s f, F and
+            ``linearize``).
+        r: the rank of κ_cap(r) and of the modes.
+        num_probes: the most SLQ starts (the paper's m); 0 skips the stochastic stage.
+        power_iters: q, the sketch's Krylov rounds, or "auto" (``diagnose``).
+        seed: the sketch draws from ``seed``, the SLQ and trace-only starts from ``seed + 1``.
+        block: b, the columns per Krylov block (default r).
+        lanczos_steps: s, Lanczos steps per SLQ start; 0 skips the stochastic stage.
+        probes_per_round: SLQ starts per round; the stopping rule is checked after each round.
+        kappa_atol: the standard error of κ_cap(r) to reach.
+        entropy_atol: the standard error of the entropy −Σ p log p (nats) to reach.
+        trace_probes: trace-only starts, one VJP each.
 
     Returns:
         The Diagnosis; its product counts are this call's only.

@@ -20,8 +20,9 @@ from taskgeom.data.batches import InputDigest, batches, read_inputs
 from taskgeom.data.digests import Digests
 from taskgeom.data.hdf5 import KIND_ATTR, StoreError, new_file
 from taskgeom.data.indexed import open_indexed
-from taskgeom.data.sources import SourceError, open_source, stratified_subset, world_arrays
+from taskgeom.data.sources import SourceError, open_source, world_arrays
 from taskgeom.data.splits import read_world, to_input
+from taskgeom.data.subsets import stratified_subset
 from taskgeom.data.world import WorldSpec, render_split
 from taskgeom.finite import NonFiniteError
 from taskgeom.models.preprocess import world

@@ -285,7 +285,16 @@ def first_damage(f: h5py.File, names, block: int = 256) -> str | None:
 
 def readable(f: h5py.File, names, block: int = 256) -> bool:
     """Every row of every dataset ``names`` decodes. A kill mid-write can leave a file that
-    opens but whose chunk index or written chunks are damaged (HDF5 keeps no journal)."""
+    opens but whose chunk index or written chunks are damaged (HDF5 keeps no journal).
+
+    Args:
+        f: the open file.
+        names: dataset paths in ``f``, each read in blocks of rows (``first_damage``).
+        block: rows per read.
+
+    Returns:
+        True when every dataset and block of rows reads; False at the first that does not.
+    """
     return first_damage(f, names, block) is None
 
 

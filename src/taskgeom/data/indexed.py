@@ -19,7 +19,20 @@ def open_indexed(index: str | Path, sources: Mapping[str, Mapping[str, Any]] | N
     """The source that the ``sources`` stage indexed into ``index``, opened from ``sources``;
     refused if its selection differs from the index's (params changed since: rerun that stage).
     ``resolution`` picks a world source's render at that side (other kinds are resized by the
-    host's preprocessing)."""
+    host's preprocessing).
+
+    Args:
+        index: the index file (``data/sources/<name>.json``).
+        sources: params.yaml's ``sources``.
+        resolution: the render side of a world source, or None for its spec's.
+
+    Returns:
+        The Source, its selection the index's.
+
+    Raises:
+        SourceError: the source cannot be opened (``open_source``), or its selected keys differ
+            from the index's (naming the first that differs).
+    """
     recorded = json.loads(Path(index).read_text())
     name = recorded["name"]
     if resolution is not None and (sources or {}).get(name, {}).get("kind") == "world":
@@ -32,7 +45,16 @@ def open_indexed(index: str | Path, sources: Mapping[str, Mapping[str, Any]] | N
 
 
 def first_difference(indexed: list[str], source: Source) -> str:
-    """The first item key that ``indexed`` and ``source`` do not share, saying where it is missing."""
+    """The first item key that ``indexed`` and ``source`` do not share, saying where it is missing.
+
+    Args:
+        indexed: the keys an index recorded.
+        source: the source as opened now.
+
+    Returns:
+        A phrase for an error message: a key gone from ``source.root``, one not indexed, or that
+        the same items come in another order.
+    """
     now = set(source.keys)
     gone = next((k for k in indexed if k not in now), None)
     if gone is not None:
@@ -43,7 +65,19 @@ def first_difference(indexed: list[str], source: Source) -> str:
 
 
 def open_named(name: str, indexes: list[Path], sources: Mapping[str, Mapping[str, Any]] | None) -> Source:
-    """``open_indexed`` of source ``name`` among the index files ``indexes`` (data/sources/<name>.json)."""
+    """``open_indexed`` of source ``name`` among the index files ``indexes`` (data/sources/<name>.json).
+
+    Args:
+        name: the source's key in ``sources``.
+        indexes: index files, one named after each source.
+        sources: params.yaml's ``sources``.
+
+    Returns:
+        The Source, at its spec's resolution.
+
+    Raises:
+        SourceError: no index is named after ``name``, or ``open_indexed`` refuses it.
+    """
     for index in indexes:
         if Path(index).stem == name:
             return open_indexed(index, sources)

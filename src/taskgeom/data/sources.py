@@ -35,18 +35,13 @@ wherever its files lie.
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 from PIL import Image
-from torch.utils.data import Dataset
 
 from taskgeom.data.hdf5 import StoreError, open_store, read_attr_json, reading
 from taskgeom.data.real import (
@@ -56,154 +51,33 @@ from taskgeom.data.real import (
     NYUDepthV2Labeled,
     read_nyu_split,
 )
+from taskgeom.data.selected import Item, Source, SourceError
 from taskgeom.data.world.scene import FAMILIES
 from taskgeom.finite import require_finite
 
 KINDS = ("world", "imagenet_val", "imagenet_sketch", "nyu_depth_v2", "folder", "sequences")
 WORLD_DIR = "data/world"
-DEPTH_KINDS = ("world", "nyu_depth_v2")  # kinds whose items carry ground-truth depth
 NYU_MAX_DEPTH = 10.0  # metres: the evaluation cap of NYU-Depth-V2 (Eigen et al. 2014)
-AUXILIARY = ("labels", "meta", "splits")  # a source's files besides its items' (devkit, NYU's splits)
-
-
-class SourceError(ValueError):
-    """A source that cannot be opened or read; the message names its key and file."""
-
-
-@dataclass(frozen=True)
-class Item:
-    """One image of a source: ``image`` (H, W, 3) uint8 or (V, H, W, 3) for a view group,
-    ``label`` (-1 without labels), ``depth`` (H, W) / (V, H, W) float32 metres or None,
-    ``key`` where it came from, relative to the source's root (a file, or ``file[index]``)."""
-
-    image: np.ndarray
-    label: int
-    depth: np.ndarray | None
-    key: str
 
 
 def read_rgb(path: Path) -> np.ndarray:
-    """An image file as (H, W, 3) uint8 RGB (greyscale, palette and CMYK converted)."""
+    """An image file as (H, W, 3) uint8 RGB (greyscale, palette and CMYK converted).
+
+    Args:
+        path: a JPEG or PNG file.
+
+    Returns:
+        (H, W, 3) uint8.
+
+    Raises:
+        SourceError: the file cannot be decoded (unreadable or truncated).
+    """
     try:
         with Image.open(path) as image:
             return np.asarray(image.convert("RGB"), dtype=np.uint8)
     except OSError as err:  # unreadable or truncated files
         raise SourceError(f"{path}: expected a JPEG or PNG image, could not decode it ({err})") from err
 
-
-def stratified_order(labels: np.ndarray, seed: int) -> np.ndarray:
-    """Every index, ranked: each label's items shuffled by ``seed``, then taken rank by rank
-    across labels (label order shuffled too), so any prefix keeps the classes balanced."""
-    rng = np.random.default_rng(seed)
-    classes = rng.permutation(np.unique(labels))
-    ranked = [(rank, position, index) for position, c in enumerate(classes)
-              for rank, index in enumerate(rng.permutation(np.flatnonzero(labels == c)))]
-    return np.array([index for _, _, index in sorted(ranked)], dtype=np.int64)
-
-
-def stratified_subset(labels: np.ndarray, count: int, seed: int, offset: int = 0) -> np.ndarray:
-    """Sorted indices of ranks [offset, offset + count) of ``stratified_order``: subsets with one
-    seed and disjoint windows are disjoint (train / val / test of one source)."""
-    return np.sort(stratified_order(labels, seed)[offset:offset + count])
-
-
-def select(name: str, spec: Mapping[str, Any], labels: np.ndarray, subset: Mapping[str, Any]) -> np.ndarray:
-    """Positions of ``subset: {count, seed, offset}`` among items with ``labels``: stratified with
-    labels, otherwise ranks of one seeded permutation; in item order."""
-    count, seed, offset = int(subset["count"]), int(subset["seed"]), int(subset.get("offset", 0))
-    if offset + count > len(labels):
-        raise SourceError(f"sources.{name}.subset.count: {count} requested, the source holds {len(labels) - offset} "
-                          f"after offset {offset} ({spec.get('path', spec.get('split'))})")
-    if (labels >= 0).any():
-        return stratified_subset(labels, count, seed, offset)
-    return np.sort(np.random.default_rng(seed).permutation(len(labels))[offset:offset + count])
-
-
-class Source(Dataset):
-    """A named source's selected items. ``keys``, ``labels`` index them; ``read(i)`` loads one.
-    Keys are relative to ``root``; ``item_files(i)`` names the files behind item i (relative to
-    ``root`` too; by default its key without a ``[row]`` suffix)."""
-
-    def __init__(self, name: str, spec: Mapping[str, Any], keys: list[str], labels: np.ndarray,
-                 read: Callable[[int], Item], classes: list[str] | None = None,
-                 max_depth: float | None = None, stored: np.ndarray | None = None, *, root: Path,
-                 item_files: Callable[[int], list[str]] | None = None) -> None:
-        """Select items by ``spec``'s ``range``, then its ``subset`` (module docstring).
-
-        Args:
-            name: the source's key in ``sources``.
-            spec: its params entry (``kind``, ``range``, ``subset``, ...).
-            keys: every item's origin relative to ``root``, in source order.
-            labels: (n,) int64 labels, -1 without.
-            read: item position -> Item.
-            classes: class names by label, or None.
-            max_depth: the depth cap of its ground truth (metres), or None.
-            stored: (n,) each item's row in its file (default 0..n − 1).
-            root: the folder the keys are relative to.
-            item_files: item position -> the files behind it, relative to ``root`` (default: its
-                key without a ``[row]`` suffix).
-        """
-        self.name, self.spec, self.classes, self.max_depth = name, dict(spec), classes, max_depth
-        self.root = Path(root)
-        self._item_files = item_files or (lambda i: [re.sub(r"\[\d+\]$", "", keys[i])])
-        # item i's position in its file (a world source of one family skips the other's scenes)
-        self.stored = np.arange(len(keys)) if stored is None else stored
-        self.has_depth = spec["kind"] in DEPTH_KINDS
-        self._keys, self._labels, self._read = keys, labels, read
-        self.indices = np.arange(len(keys))
-        if spec.get("range"):
-            start, stop = spec["range"]
-            self.indices = self.indices[slice(start, stop)]
-            if not len(self.indices):
-                raise SourceError(f"sources.{name}.range: {list(spec['range'])} selects none of its {len(keys)} items")
-        subset = spec.get("subset")
-        if subset:
-            self.indices = self.indices[select(name, spec, labels[self.indices], subset)]
-
-    def __len__(self) -> int:
-        """The number of selected items."""
-        return len(self.indices)
-
-    def __getitem__(self, index: int) -> Item:
-        """Selected item ``index``, read from disk."""
-        return self._read(int(self.indices[index]))
-
-    def first(self, count: int) -> Source:
-        """The first ``count`` selected items, as a source of their own."""
-        return self.window(0, count)
-
-    def window(self, start: int, stop: int) -> Source:
-        """Selected items [start, stop), as a source of their own."""
-        part = copy.copy(self)
-        part.indices = self.indices[start:stop]
-        return part
-
-    @property
-    def keys(self) -> list[str]:
-        """The selected items' origins, in order."""
-        return [self._keys[i] for i in self.indices]
-
-    @property
-    def labels(self) -> np.ndarray:
-        """(len,) int64 labels of the selected items (-1 without labels)."""
-        return self._labels[self.indices]
-
-    def check(self) -> None:
-        """Decode every selected item once (a corrupt file fails here, naming itself)."""
-        for i in range(len(self)):
-            self[i]
-
-    def files(self) -> list[tuple[str, Path]]:
-        """(name, path) of every file behind the selected items, named relative to ``root``,
-        then of the auxiliary files (``labels``, ``meta``, ``splits``), named ``<key>``."""
-        names = sorted({n for i in self.indices for n in self._item_files(int(i))})
-        return [(n, self.root / n) for n in names] + [(f"<{k}>", Path(self.spec[k]).expanduser())
-                                                        for k in AUXILIARY if self.spec.get(k)]
-
-    def describe(self) -> dict[str, Any]:
-        """For provenance: the spec, the count and a digest of the selected keys."""
-        digest = hashlib.sha256("\n".join(self.keys).encode()).hexdigest()
-        return {"name": self.name, **self.spec, "items": len(self), "keys_sha256": digest}
 
 
 # --------------------------------------------------------------------------- the kinds
@@ -367,7 +241,20 @@ def open_source(name: str, sources: Mapping[str, Mapping[str, Any]] | None) -> S
 def world_arrays(source: Source, keys: tuple[str, ...], what: str) -> dict[str, np.ndarray]:
     """The selected items of a world source as whole arrays (``label`` and the render's ``keys``:
     rgb, depth, K, cam_to_world), for the tiny zoo models that train on them; refused, naming
-    ``what``, for another kind or domain."""
+    ``what``, for another kind or domain.
+
+    Args:
+        source: a world source of rgb renders.
+        keys: the arrays to read: ``label``, ``family`` or a render's (``rgb``, ``depth``, ...).
+        what: the params key asking, for errors.
+
+    Returns:
+        key -> (n, ...) array of the n selected items, in their order.
+
+    Raises:
+        SourceError: not a world source of rgb renders.
+        NonFiniteError: an array holds a NaN or infinity (naming the file and row).
+    """
     if source.spec["kind"] != "world" or source.spec.get("domain", "rgb") != "rgb":
         raise SourceError(f"{what}: {source.name!r} is not a world source of rgb renders (a tiny model trains "
                           "on the world's arrays)")
@@ -382,12 +269,31 @@ def world_arrays(source: Source, keys: tuple[str, ...], what: str) -> dict[str, 
 
 
 def first_view(image: np.ndarray) -> np.ndarray:
-    """An item's image for display: a view group's first view."""
+    """An item's image for display: a view group's first view.
+
+    Args:
+        image: (H, W, 3), or (V, H, W, 3) for a view group.
+
+    Returns:
+        (H, W, 3).
+    """
     return image[0] if image.ndim == 4 else image
 
 
 def need(source: Source, count: int, what: str) -> Source:
-    """The source's first ``count`` items; refused, naming the params key ``what``, if it holds fewer."""
+    """The source's first ``count`` items; refused, naming the params key ``what``, if it holds fewer.
+
+    Args:
+        source: the opened source.
+        count: how many items the caller needs.
+        what: the params key asking, for errors.
+
+    Returns:
+        ``source.first(count)``.
+
+    Raises:
+        SourceError: the source holds fewer than ``count`` items.
+    """
     if len(source) < count:
         raise SourceError(f"{what}: {count} requested, source {source.name!r} holds {len(source)}")
     return source.first(count)

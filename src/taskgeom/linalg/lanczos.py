@@ -72,6 +72,31 @@ class Quadrature:
         """
         return float((self.weights * phi(self.nodes)).sum(1).mean())
 
+    @classmethod
+    def concat(cls, parts: list[Quadrature]) -> Quadrature:
+        """The runs of several quadratures as one (rules padded with zero-weight nodes, Krylov
+        vectors with zero columns where a round's runs all closed early).
+
+        Args:
+            parts: quadratures of m_i runs and s_i nodes each.
+
+        Returns:
+            (Σ m_i, max s_i) rules, their products summed; ``gauss``, ``norms`` and ``krylov`` only
+            where every part has them.
+        """
+        s = max(q.nodes.shape[1] for q in parts)
+        pad = lambda x, n: torch.nn.functional.pad(x, (0, n - x.shape[-1]))
+        gauss = cls.concat([q.gauss for q in parts]) if all(q.gauss is not None for q in parts) else None
+        out = cls(nodes=torch.cat([pad(q.nodes, s) for q in parts]),
+                  weights=torch.cat([pad(q.weights, s) for q in parts]),
+                  products=sum(q.products for q in parts), gauss=gauss)
+        if all(q.norms is not None for q in parts):
+            out.norms = torch.cat([q.norms for q in parts])
+        if all(q.krylov is not None for q in parts):
+            k = max(q.krylov[0].shape[2] for q in parts)
+            out.krylov = tuple(torch.cat([pad(x, k) for x in xs]) for xs in zip(*(q.krylov for q in parts)))
+        return out
+
 
 def xlogx(x: Tensor) -> Tensor:
     """φ(x) = x log x elementwise, with φ(0) = 0 (the p log p → 0 limit of the entropy).

@@ -1,6 +1,6 @@
-"""Training the tiny zoo: each task's loss and held-out evaluation against a trivial
-baseline, the learning-rate schedule, the batch of each step, and the training state that
-a resumed run restarts from (the loop itself is the ``zoo`` stage's)."""
+"""Training the tiny zoo: each task's held-out evaluation against a trivial baseline (its loss
+is in ``models.losses``), the learning-rate schedule, the batch of each step, and the training
+state that a resumed run restarts from (the loop itself is the ``zoo`` stage's)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F_
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
@@ -21,6 +20,7 @@ from taskgeom.data.splits import to_input
 from taskgeom.data.world.camera import backproject, relative_pose
 from taskgeom.data.world.scene import FAMILIES
 from taskgeom.evaluate.tasks import camera_errors, depth_metrics, median_scaled, pose_encoding, valid_depth
+from taskgeom.models.losses import cls_loss, dpt_loss, mv_loss, trunk_loss
 
 EVAL_BATCH = 64
 WARMUP = 0.05
@@ -28,14 +28,21 @@ WARMUP = 0.05
 
 @dataclass
 class Task:
-    """How one kind of zoo model is fed, trained and scored: ``loss`` (model, batch of tensors) ->
-    scalar, ``evaluate`` (model, test arrays, train arrays, max_depth) -> metrics beside baselines."""
+    """How one kind of zoo model is fed, trained and scored.
 
-    views: bool                                              # reads view groups (a multi-view split)
-    keys: tuple[str, ...]                                    # arrays read from the split
+    Attributes:
+        views: it reads view groups (a multi-view split).
+        keys: the arrays read from the split.
+        loss: (model, batch of tensors) -> scalar (``models.losses``).
+        evaluate: (model, test arrays, train arrays, max_depth) -> metrics beside baselines.
+        flip: horizontal-flip augmentation.
+    """
+
+    views: bool
+    keys: tuple[str, ...]
     loss: Callable[[nn.Module, dict[str, Tensor]], Tensor]
     evaluate: Callable[[nn.Module, dict[str, np.ndarray], dict[str, np.ndarray], float], dict[str, float]]
-    flip: bool                                               # horizontal-flip augmentation
+    flip: bool
 
 
 def batches(data: dict[str, np.ndarray], device: str, size: int = EVAL_BATCH):
@@ -54,29 +61,7 @@ def batches(data: dict[str, np.ndarray], device: str, size: int = EVAL_BATCH):
         yield {k: torch.as_tensor(v[start:start + size]).to(device) for k, v in data.items()}
 
 
-def log_depth_l1(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
-    """Mean |log pred − log target| over the masked pixels, a scalar.
-
-    Args:
-        pred: (B, ...) predicted depth (clamped at 1e-6).
-        target: (B, ...) positive depth.
-        mask: (B, ...) the valid pixels (bool or 0 / 1).
-    """
-    diff = (torch.log(pred.clamp_min(1e-6)) - torch.log(target)).abs()
-    return (diff * mask).sum() / mask.sum().clamp_min(1.0)
-
-
 # --- classification (tiny-cls) -----------------------------------------------------------
-
-def cls_loss(model: nn.Module, b: dict[str, Tensor]) -> Tensor:
-    """Cross-entropy with label smoothing 0.1, a scalar.
-
-    Args:
-        model: the model being trained.
-        b: the batch as tensors (rgb (B, H, W, 3) uint8, label (B,)).
-    """
-    return F_.cross_entropy(model(to_input(b["rgb"])), b["label"], label_smoothing=0.1)
-
 
 @torch.no_grad()
 def cls_eval(model, test, train, max_depth) -> dict[str, float]:
@@ -99,21 +84,14 @@ def cls_eval(model, test, train, max_depth) -> dict[str, float]:
 
 # --- depth (tiny-dpt) ----------------------------------------------------------------------
 
-def dpt_loss(model: nn.Module, b: dict[str, Tensor]) -> Tensor:
-    """Log-depth L1 over valid pixels, a scalar.
-
-    Args:
-        model: the model being trained.
-        b: the batch as tensors (rgb (B, H, W, 3) uint8, depth (B, H, W); ``max_depth`` a scalar).
-    """
-    return log_depth_l1(model(to_input(b["rgb"])), b["depth"], valid_depth(b["depth"], b["max_depth"]))
-
-
 def mean_log_depth(depth: np.ndarray) -> Tensor:
-    """The trivial baseline: the training set's per-pixel geometric-mean depth, (...) float64.
+    """The trivial baseline: the training set's per-pixel geometric-mean depth.
 
     Args:
         depth: (N, ...) positive depth maps.
+
+    Returns:
+        (...) exp of the mean log depth over the N maps, in ``depth``'s float dtype.
     """
     return torch.as_tensor(np.exp(np.log(depth).mean(axis=0)))
 
@@ -140,18 +118,6 @@ def dpt_eval(model, test, train, max_depth) -> dict[str, float]:
 
 
 # --- classification and depth on one trunk (tiny-trunk) ----------------------------------
-
-def trunk_loss(model: nn.Module, b: dict[str, Tensor]) -> Tensor:
-    """Cross-entropy of the class plus the log-depth L1 of the depth head, from one forward: a scalar.
-
-    Args:
-        model: the model being trained.
-        b: the batch as tensors (rgb (B, H, W, 3) uint8, label (B,), depth (B, H, W); ``max_depth`` a scalar).
-    """
-    out = model(to_input(b["rgb"]))
-    return (F_.cross_entropy(out["logits"], b["label"], label_smoothing=0.1)
-            + log_depth_l1(out["depth"], b["depth"], valid_depth(b["depth"], b["max_depth"])))
-
 
 @torch.no_grad()
 def trunk_eval(model, test, train, max_depth) -> dict[str, float]:
@@ -222,26 +188,6 @@ def mv_targets(data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             "points": pointmaps(data["depth"], data["K"], data["cam_to_world"])}
 
 
-CAMERA_WEIGHT = 5.0
-
-
-def mv_loss(model: nn.Module, b: dict[str, Tensor]) -> Tensor:
-    """``CAMERA_WEIGHT`` · smooth L1 of poses + log-depth L1 + 0.1 · point-map L1 (valid pixels): a scalar.
-
-    Args:
-        model: the model being trained.
-        b: the batch as tensors (rgb (B, V, H, W, 3) uint8, depth, pose (B, V, 9), points (B, V, 3, H, W), max_depth).
-    """
-    out = model(to_input(b["rgb"]))
-    mask = valid_depth(b["depth"], b["max_depth"])
-    point_err = (out["pointmap"] - b["points"]).abs().sum(2)  # (B, V, H, W)
-    # The camera term is upweighted: unweighted, the dense depth/point terms dominate and the
-    # camera head stays at the mean pose within the short CPU training budget.
-    return (CAMERA_WEIGHT * F_.smooth_l1_loss(out["camera"], b["pose"], beta=0.1)
-            + log_depth_l1(out["depth"], b["depth"], mask)
-            + 0.1 * (point_err * mask).sum() / mask.sum().clamp_min(1.0))
-
-
 @torch.no_grad()
 def mv_eval(model, test, train, max_depth) -> dict[str, float]:
     """Camera, depth and point-map errors, and those of the training means as the baseline.
@@ -292,6 +238,10 @@ def learning_rate(step: int, steps: int, peak: float) -> float:
         step: the 0-based step.
         steps: the run's steps.
         peak: the rate at the end of the warm-up.
+
+    Returns:
+        peak · (step + 1) / w for step < w, else ½ · peak · (1 + cos(π (step − w) / (steps − w))),
+        w = max(1, ⌊WARMUP · steps⌋) the warm-up steps.
     """
     warm = max(1, int(WARMUP * steps))
     if step < warm:
