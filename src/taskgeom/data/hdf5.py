@@ -10,8 +10,8 @@ bytes do not depend on whether, or where, the build was interrupted.
 
 Every dataset is chunked one item per chunk, gzip-compressed, and checksummed (HDF5's Fletcher-32
 filter over each stored chunk): a chunk damaged after writing fails to read instead of returning
-other values. ``verify_store`` reads every chunk of a file, so damage anywhere is found before a
-stage publishes anything derived from it; every read error names the file and what to do.
+other values. ``data.damage.verify_store`` reads every chunk of a file, so damage anywhere is found
+before a stage publishes anything derived from it; every read error names the file and what to do.
 
 A stage that writes several files (one per split) resumes at the first unpublished one:
 publishing also hard-links the file as ``<dir>/.partial/<name>.published``, which survives a
@@ -25,8 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,15 @@ class StoreError(ValueError):
 
 
 def remedy(path: Path, kind: str) -> str:
-    """What to do about a damaged or truncated ``path`` of ``kind``."""
+    """What to do about a damaged or truncated file.
+
+    Args:
+        path: the file.
+        kind: its ``KIND_ATTR`` ("world", "targets", ...), naming the stage that writes it.
+
+    Returns:
+        "rerun <stage> ..., or restore the file with `dvc checkout <path>`".
+    """
     stage = WRITERS.get(kind, "the stage that writes it")
     return f"rerun {stage} (e.g. `snakemake -R {stage}`), or restore the file with `dvc checkout {path}`"
 
@@ -269,7 +276,16 @@ READ_ERRORS = (OSError, RuntimeError, ValueError, KeyError)  # what h5py raises 
 
 
 def first_damage(f: h5py.File, names, block: int = 256) -> str | None:
-    """Where the first row of datasets ``names`` that does not decode is (``name`` rows a-b), or None."""
+    """Where the first rows of datasets ``names`` that do not decode are.
+
+    Args:
+        f: the open file.
+        names: dataset paths in ``f``, each read in blocks of rows.
+        block: rows per read.
+
+    Returns:
+        "<name> rows a-b" (or the dataset's name if its shape does not read), or None.
+    """
     for name in names:
         try:
             rows = f[name].shape[0]
@@ -296,30 +312,6 @@ def readable(f: h5py.File, names, block: int = 256) -> bool:
         True when every dataset and block of rows reads; False at the first that does not.
     """
     return first_damage(f, names, block) is None
-
-
-def verify_store(path: str | Path, kind: str) -> None:
-    """Read every chunk of every dataset of the finished file ``path`` (each checked against its
-    checksum); raise StoreError naming the file, the first damaged rows and what to do."""
-    path = Path(path)
-    with open_store(path, kind) as f:
-        names: list[str] = []
-        try:
-            f.visititems(lambda n, obj: names.append(n) if isinstance(obj, h5py.Dataset) else None)
-        except READ_ERRORS:
-            names.append("/")
-        where = "its index of datasets" if names[-1:] == ["/"] else first_damage(f, names)
-    if where:
-        raise StoreError(f"{path}: damaged ({where} do not pass their checksum or do not decode); {remedy(path, kind)}")
-
-
-@contextmanager
-def reading(path: str | Path, kind: str) -> Iterator[None]:
-    """Reads of the finished file ``path`` inside: a chunk that fails raises StoreError naming it."""
-    try:
-        yield
-    except (OSError, RuntimeError) as exc:  # h5py's errors of a chunk or index that does not decode
-        raise StoreError(f"{path}: damaged, a read failed ({exc}); {remedy(Path(path), kind)}") from None
 
 
 def new_file(path: Path, attrs: Mapping[str, Any], layout: Mapping[str, tuple[tuple[int, ...], Any]],

@@ -43,7 +43,8 @@ import h5py
 import numpy as np
 from PIL import Image
 
-from taskgeom.data.hdf5 import StoreError, open_store, read_attr_json, reading
+from taskgeom.data.damage import reading
+from taskgeom.data.hdf5 import StoreError, open_store, read_attr_json
 from taskgeom.data.real import (
     IMAGE_EXTENSIONS,
     ImageFolderClasses,

@@ -8,7 +8,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from taskgeom.data.hdf5 import open_store, reading
+from taskgeom.data.damage import reading
+from taskgeom.data.hdf5 import open_store
 
 MEAN, STD = 0.5, 0.25
 

@@ -14,8 +14,8 @@ that holds the same files and runs the same code.
 from __future__ import annotations
 
 from taskgeom.artifacts.atomic import write_json
+from taskgeom.data.damage import verify_store
 from taskgeom.data.digests import Digests, combined
-from taskgeom.data.hdf5 import verify_store
 from taskgeom.data.sources import open_source
 from taskgeom.pipeline.runtime import StageContext
 
