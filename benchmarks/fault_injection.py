@@ -225,8 +225,9 @@ def pull_after_dry_run(repo: Path, params: dict) -> tuple[bool, str]:
     with tempfile.TemporaryDirectory() as tmp:
         clone = Path(tmp) / "clone"
         sh(["git", "clone", "-q", str(repo), str(clone)], repo)
-        shutil.copyfile(repo / "dvc.lock", clone / "dvc.lock")
-        sh(["git", "add", "dvc.lock"], clone)
+        for name in ("params.yaml", "dvc.lock"):  # the teammate's commit: the parameters and the lock they ran
+            shutil.copyfile(repo / name, clone / name)
+        sh(["git", "add", "params.yaml", "dvc.lock"], clone)
         sh([*git, "commit", "-qm", "lock", "--allow-empty"], clone)
         sh(["dvc", "remote", "add", "-d", "team", str(repo / ".dvc/cache")], clone)   # the cache as a remote
         looked, pulled = sh(["snakemake", "-n"], clone), sh(["dvc", "pull"], clone)

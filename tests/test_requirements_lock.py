@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,8 @@ ENVS = Path(__file__).parents[1] / "envs"
 spec = importlib.util.spec_from_file_location("hash_lock", ENVS / "hash_lock.py")
 hash_lock = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(hash_lock)
+sys.path.insert(0, str(ENVS.parent / "benchmarks"))
+from input_faults import small_wheel  # noqa: E402 (the fault harness's one-wheel lock, found through the path above)
 
 PIN = re.compile(r"^([a-z0-9-]+)==([^ ]+) \\\n    --hash=sha256:[0-9a-f]{64}$")
 
@@ -85,16 +86,6 @@ def fake_clone(root: Path, wheel: Path) -> Path:
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     (root / "envs/requirements.lock").write_text(f"{wheel} --hash=sha256:{digest}\n")
     return root
-
-
-def small_wheel(folder: Path) -> Path:
-    wheel, info = folder / "taskgeom-0.0.1-py3-none-any.whl", "taskgeom-0.0.1.dist-info"
-    with zipfile.ZipFile(wheel, "w") as z:
-        z.writestr("taskgeom/__init__.py", "")
-        z.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: taskgeom\nVersion: 0.0.1\n")
-        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        z.writestr(f"{info}/RECORD", "")
-    return wheel
 
 
 def test_two_setups_at_once_share_one_build_and_a_broken_cache_is_rebuilt(tmp_path: Path):
