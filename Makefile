@@ -22,11 +22,16 @@ reproduce: venv
 UNIT := not pipeline and not slurm
 XDIST := --dist loadfile
 
-test: venv lint
+# `make test SLURM=1` first brings up the one-node test cluster (root; Debian's packages), so the
+# SLURM tests run rather than skip and TASKGEOM_REQUIRE_SLURM makes a missing cluster a failure.
+test: venv lint $(if $(SLURM),slurm)
 	python -m pytest -q -n $$(( $(CORES) + 1 )) $(XDIST) --no-loadscope-reorder --durations=25
 
 test-fast: venv lint
 	python -m pytest -q -n $(CORES) $(XDIST) -m "$(UNIT) and not slow"
+
+slurm:
+	bash envs/setup-slurm.sh
 
 lint: venv
 	ruff check .
