@@ -8,14 +8,16 @@ import pytest
 
 from taskgeom.evaluate import findings_text
 from taskgeom.evaluate.findings import CLAIMS, FAILS, HOLDS, MIXED, UNTESTED, findings, judge_all, verdict
+from taskgeom.evaluate.reasons import Context
 from taskgeom.pipeline.registry import FINDINGS_INPUTS
 
 EMPTY = {name: pd.DataFrame() for c in CLAIMS for name in c.tables}
 SINGLE = lambda model: model == "mv"
+CONTEXT = Context(SINGLE, 20, {"kappa_high": 0.9, "cv_high": 1.0, "erank_rich": 5.0})
 
 
 def judged(**tables: pd.DataFrame) -> pd.DataFrame:
-    return findings({**EMPTY, **tables}, SINGLE).set_index("claim")
+    return findings({**EMPTY, **tables}, CONTEXT).set_index("claim")
 
 
 def test_verdicts_count_the_checks():
@@ -28,13 +30,14 @@ def test_the_findings_stage_reads_exactly_the_tables_the_claims_name():
 
 
 def test_a_run_without_any_table_tests_nothing():
-    table = findings(EMPTY, SINGLE)
+    table = findings(EMPTY, CONTEXT)
     assert list(table["claim"]) == [c.claim for c in CLAIMS]
-    assert (table["verdict"] == UNTESTED).all() and (table["checks"] == "0 of 0").all()
+    assert (table["verdict"] == UNTESTED).all() and (table["checks"] == "0 of 0").all() and (table["why"] == "").all()
 
 
 def table1(regime_cls: str) -> pd.DataFrame:
-    row = dict(layers=1, metric="euclidean", kappa_cap=0.5, cv=1.0, erank=10.0)
+    row = dict(layers=1, metric="euclidean", kappa_cap=0.5, cv=1.0, erank=10.0, kappa_cap_ci="[0.4, 0.6]",
+               cv_ci="[0.9, 1.1]", erank_ci="[9, 11]")
     return pd.DataFrame([
         {**row, "source": "ours", "probe": "a", "model": "tiny", "decoder": "cls", "regime": regime_cls},
         {**row, "source": "ours", "probe": "b", "model": "mv", "decoder": "camera", "regime": "rank-bounded"},
@@ -50,9 +53,9 @@ def test_regimes_compare_each_probe_with_its_counterpart(regime, expected):
     assert row["verdict"] == expected and row["checks"].endswith("of 2")  # the SO(3) row is not compared
 
 
-def heads(spectral_ci: str, block_ci: str, floor: float = 0.1) -> pd.DataFrame:
+def heads(spectral_ci: str, block_ci: str, floor: float = 0.1, agree: float = 0.5, share: float = 0.3) -> pd.DataFrame:
     row = dict(source="ours", probe="p", w_rank=0.5, train_images=8, width=16, heads=2, rho_position_only=floor,
-               paper_rho=0.2)
+               paper_rho=0.2, targets_rho=agree, targets_rho_ci="[0.4, 0.6]", position_share=share)
     return pd.DataFrame([{**row, "head": "s", "target": "spectral", "rho": 0.5, "rho_ci": spectral_ci},
                          {**row, "head": "b", "target": "block_norm", "rho": 0.4, "rho_ci": block_ci},
                          {**row, "head": "w", "target": "block_norm", "width": 32, "rho": 0.4, "rho_ci": block_ci}])
@@ -75,7 +78,8 @@ def test_the_head_must_clear_its_position_only_floor():
 
 def pruning(p: float, importance_minus_method: float) -> pd.DataFrame:
     rows = [dict(source="ours", part="cls", model="m", method="tome_score", ratio=r, mean=1.0, importance_mean=0.5,
-                 importance_minus_method=importance_minus_method, p_vs_importance=p) for r in (0.2, 0.5)]
+                 importance_minus_method=importance_minus_method, p_vs_importance=p, sd_diff_vs_importance=2.0,
+                 images=64) for r in (0.2, 0.5)]
     return pd.DataFrame([*rows, {**rows[0], "ratio": 0.0, "p_vs_importance": float("nan")},
                          {**rows[0], "method": "random", "p_vs_importance": 1.0}])
 
@@ -113,15 +117,16 @@ def test_the_summary_reads_in_one_screen_and_every_check_follows_it():
     tables = {**EMPTY, "prune_table2": pd.concat([pruning(0.01, -0.5), pd.DataFrame(
         [dict(source="paper", part="cls", model="dinov2", method=m, ratio=r, mean=v)
          for m, r, v in (("tome_score", 0.5, 33.21), ("importance", 0.5, 0.76), ("importance", 0.1, 0.007))])])}
-    table, judged_ = findings(tables, SINGLE), judge_all(tables, SINGLE)
-    assert list(table.columns[:7]) == ["claim", "where", "paper", "ours", "checks", "verdict", "rule"]
+    table, judged_ = findings(tables, CONTEXT), judge_all(tables, SINGLE)
+    assert list(table.columns[:8]) == ["claim", "where", "paper", "ours", "checks", "verdict", "why", "rule"]
     row = table.set_index("claim").loc["Geometric merging beats ToMe on CLS decoders at every η"]
-    assert row["ours"] == "m η 0.2: 0.5 vs 1 (p 0.01); m η 0.5: 0.5 vs 1 (p 0.01)"  # every item, as before
+    assert row["ours"] == ("m η 0.2: importance 0.5 vs ToMe score 1 (p 0.01); "  # every item
+                          "m η 0.5: importance 0.5 vs ToMe score 1 (p 0.01)")
     assert row["paper_headline"] == "η 0.5: importance 0.76 vs ToMe 33.21"
     assert row["ours_headline"] == "2 of 2 (model, η): importance lower, p < 0.05"
-    text = findings_text.markdown(judged_, table, "Caption.")
+    text = findings_text.markdown(judged_, table, [None] * len(CLAIMS), "Caption.")
     lines = text.splitlines()
-    assert [cell.strip() for cell in lines[2].split("|")[1:-1]] == ["claim", "verdict", "the paper", "ours"]
+    assert [cell.strip() for cell in lines[2].split("|")[1:-1]] == ["claim", "verdict", "the paper", "ours", "why"]
     summary = lines[2:lines.index("", 2)]
     assert len(summary) == 2 + len(CLAIMS) and all(len(cell.strip()) <= 80 for line in summary
                                                    for cell in line.split("|"))

@@ -1,105 +1,43 @@
-"""The paper's claims that the pipeline tests, each judged from the run's own tables by a stated rule.
-
-A ``Claim`` names the tables it reads (name -> DataFrame, with the paper's rows where a table
-carries them), its rule, and a judge that returns the paper's figure and our checks: one per
-item the claim applies to (a probe, a model, a ratio η), each a success or not. The verdict is
-
-- ``holds``: every check succeeds;
-- ``does not hold``: none does;
-- ``mixed``: some do;
-- ``not tested``: the run made none of the tables' rows the claim applies to.
+"""The paper's claims that the pipeline tests, each judged from the run's own tables by a stated
+rule (``evaluate.claim``), with the reason rule that says why one does not hold
+(``evaluate.reasons``).
 
 A difference counts only where the tables show it: disjoint intervals (the tables' bootstrap
 95% intervals) for correlations and effective ranks, the tables' own paired test by image
-(p < ``ALPHA``) for pruning. The rules are fixed in ``CLAIMS``, not tuned to any result.
+(p < ``ALPHA``) for pruning. The rules and the reasons' thresholds are fixed in ``CLAIMS`` and
+``evaluate.reasons``, not tuned to any result.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from taskgeom.evaluate import headlines
+from taskgeom.evaluate import headlines, reasons
+from taskgeom.evaluate import pruning_claims as pc
+from taskgeom.evaluate.claim import (
+    ALPHA,
+    FAILS,
+    HOLDS,
+    MERGING,
+    MIXED,
+    PAPER_PROBE,
+    TOME,
+    UNTESTED,
+    Checks,
+    Claim,
+    Judged,
+    Tables,
+    interval,
+    rows_of,
+    verdict,
+)
 
-HOLDS, FAILS, MIXED, UNTESTED = "holds", "does not hold", "mixed", "not tested"
-ALPHA = 0.05
-Tables = dict[str, pd.DataFrame]
-Checks = list[tuple[str, bool]]  # (what was compared, whether the rule's condition held)
-Judged = tuple[str, Checks]      # (the paper's figure, our checks)
-TOME = "tome_score"  # ToMe's key-similarity score in the same reduction: the paper's Table 2 ToMe column
-COLUMNS = ("claim", "where", "paper", "ours", "checks", "verdict", "rule", "paper_headline", "ours_headline")
-
-# Our probes' counterparts among the paper's Table 1 rows, by (multi-view host, decoder).
-PAPER_PROBE = {(False, "cls"): "cls", (False, "depth"): "dpt-depth", (True, "camera"): "camera",
-               (True, "pointmap"): "pointcloud", (True, "depth"): "depth"}
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One claim of the paper, the tables it is judged from, and its rule.
-
-    Attributes:
-        claim: the claim, in words.
-        where: the paper's table or section.
-        tables: the tables it reads.
-        rule: the rule its checks apply, in words.
-        judge: (tables, multiview) -> (the paper's figure, our checks).
-        counted: what each check counts, for the one-phrase summary "k of n <counted>".
-        headline: tables -> the paper's headline figure in one phrase (``evaluate.headlines``),
-            "" where the tables hold none; None: the paper's figure is one phrase already.
-    """
-    claim: str
-    where: str                                            # the paper's table or section
-    tables: tuple[str, ...]                               # the tables it reads
-    rule: str
-    judge: Callable[[Tables, Callable[[str], bool]], Judged]
-    counted: str = "items meet the rule"
-    headline: Callable[[Tables], str] | None = None
-
-
-def verdict(outcomes: list[bool]) -> str:
-    """The verdict of a claim's checks (module docstring).
-
-    Args:
-        outcomes: whether each check succeeded.
-
-    Returns:
-        ``UNTESTED`` without checks, else ``HOLDS``, ``FAILS`` or ``MIXED``.
-    """
-    if not outcomes:
-        return UNTESTED
-    return HOLDS if all(outcomes) else FAILS if not any(outcomes) else MIXED
-
-
-def interval(text: object) -> tuple[float, float]:
-    """A table's "[low, high]" cell as floats (NaNs when empty).
-
-    Args:
-        text: the cell, a JSON list or anything else (missing).
-
-    Returns:
-        (low, high).
-    """
-    values = json.loads(text) if isinstance(text, str) and text.startswith("[") else [np.nan, np.nan]
-    return float(values[0]), float(values[1])
-
-
-def rows_of(df: pd.DataFrame, who: str, column: str = "source") -> pd.DataFrame:
-    """``who``'s rows ("ours" or "paper") of a table that holds both.
-
-    Args:
-        df: the table.
-        who: "ours" or "paper".
-        column: the column that tells them apart.
-
-    Returns:
-        Those rows.
-    """
-    return df[df[column] == who]
+__all__ = ["ALPHA", "CLAIMS", "COLUMNS", "FAILS", "HOLDS", "MERGING", "MIXED", "TOME", "UNTESTED", "Checks", "Claim",
+           "findings", "judge_all", "verdict"]
+COLUMNS = ("claim", "where", "paper", "ours", "checks", "verdict", "why", "rule", "paper_headline", "ours_headline")
 
 
 # ----------------------------------------------------------------------------- the diagnostic
@@ -226,135 +164,53 @@ def vae_cut(t: Tables, _) -> Judged:
     return theirs, checks
 
 
-# ----------------------------------------------------------------------------- using the metric
-
-
-def _beats(rows: pd.DataFrame, label: Callable) -> Checks:
-    """Importance against a baseline's rows (with importance_minus_method and p_vs_importance): a
-    success where importance's error is the lower one and the paired test gives p < ALPHA."""
-    return [(f"{label(r)}: {r.importance_mean:.3g} vs {r.mean:.3g} (p {r.p_vs_importance:.2g})",
-             bool(r.importance_minus_method < 0 and r.p_vs_importance < ALPHA)) for r in rows.itertuples()]
-
-
-def cls_merging(t: Tables, _) -> Judged:
-    """Importance against ToMe's score on CLS decoders, per model and η > 0 (Table 2).
-
-    Args:
-        t: the run's tables by name.
-
-    Returns:
-        The paper's figure and the checks: ``_beats`` per model and η.
-    """
-    table = t["prune_table2"]
-    mine, theirs = rows_of(table, "ours"), rows_of(table, "paper")
-    mine = mine[(mine["part"] == "cls") & (mine["method"] == TOME) & (mine["ratio"] > 0)]
-    theirs = theirs[(theirs["part"] == "cls") & theirs["method"].isin([TOME, "importance"])]
-    return ("; ".join(f"{r.model} {r.method} η {r.ratio:g}: {r.mean:g}" for r in theirs.itertuples()),
-            _beats(mine, lambda r: f"{r.model} η {r.ratio:g}"))
-
-
-DENSE_PAPER = "geometric ahead of ToMe only at η ≥ 0.20"
-
-
-def dense_pruning(t: Tables, _) -> Judged:
-    """Importance against ToMe's score, 2-stage with LLF, η ≥ 0.2, on dense depth.
-
-    Args:
-        t: the run's tables by name.
-
-    Returns:
-        The paper's figure and the checks: ``_beats`` per model and η, at the first domain and the base resolution.
-    """
-    table = t["prune_schedules"]
-    rows = table[(table["schedule"] == "2-stage") & (table["llf"].astype(str) == "True") & (table["method"] == TOME)
-                 & (table["ratio"] >= 0.2) & (table["metric"] == "add_silog")]
-    rows = rows[(rows["resolution"] == table["resolution"].min()) & (rows["domain"] == table["domain"].iloc[0])]
-    return DENSE_PAPER, _beats(rows, lambda r: f"{r.model} η {r.ratio:g}")
-
-
-def resolution_transfer(t: Tables, _) -> Judged:
-    """Importance against ToMe's score above the base resolution (Tables 4–5).
-
-    Args:
-        t: the run's tables by name.
-
-    Returns:
-        The paper's figure and the checks: ``_beats`` per model, resolution, schedule with LLF, and η > 0.
-    """
-    table = t["prune_resolutions"]
-    rows = table[(table["method"] == TOME) & (table["ratio"] > 0) & (table["llf"].astype(str) == "True")
-                 & (table["resolution"] > table["resolution"].min())]
-    return ("the paper's Tables 4–5 rank geometric pruning against ToMe at 336 and 448 px",
-            _beats(rows, lambda r: f"{r.model} {r.resolution}px {r.schedule} η {r.ratio:g}"))
-
-
-def _rho(r) -> str:
-    return f"{r.method} {r.rho_mean:.3g} [{r.rho_low:.3g}, {r.rho_high:.3g}]"
-
-
-def drm_against(name: str, baselines: tuple[str, ...]) -> Callable[[Tables, object], Judged]:
-    """A judge of the DRM against ``baselines`` in the retrieval table ``name``.
-
-    Args:
-        name: the table, e.g. "retrieval_table14".
-        baselines: the methods the DRM must beat, e.g. ("l2", "cosine").
-
-    Returns:
-        The judge: per model, domain and baseline, whether the DRM's ρ interval lies above the
-        baseline's; the paper's figure is its rows' ρ.
-    """
-    def judge(t: Tables, _) -> Judged:
-        table = t[name]
-        checks = []
-        for (model, domain), rows in table[table["model"] != "paper"].groupby(["model", "domain"], sort=False):
-            checks += [(f"{model} {domain}: {_rho(d)} vs {_rho(o)}", d.rho_low > o.rho_high)
-                       for d in rows[rows["method"] == "drm"].itertuples()
-                       for o in rows[rows["method"].isin(baselines)].itertuples()]
-        return "; ".join(f"{r.method} ρ {r.rho_mean:g}" for r in table[table["model"] == "paper"].itertuples()), checks
-    return judge
-
-
 PRUNING = "paired by image, p < 0.05"
 CLAIMS: tuple[Claim, ...] = (
     Claim("Each probe class falls in the paper's regime", "Table 1", ("diagnose_table1",),
           "per probe with a counterpart (same decoder, single- or multi-view host), Euclidean output: the same "
           "regime", regimes,
-          "probes in the paper's regime", headlines.regimes),
+          "probes in the paper's regime", headlines.regimes, reasons.regimes),
     Claim("Power iteration at q = 2 cuts the subspace error of q = 0", "App. C.3", ("diagnose_power_iterations",),
           "per probe whose q = 0 error exceeds 1e-6: the q = 2 error is at most half of it", power_iteration,
-          "probes: error at least halved", headlines.power_iteration),
+          "probes: error at least halved", headlines.power_iteration, reasons.power_iteration),
     Claim("Spectral targets teach the importance head better than block norms", "§5.5, App. F",
           ("metric_importance",), "per block-norm head: the spectral head of the same probe and settings has a ρ "
           "interval above its interval", spectral_targets, "pairs: spectral interval above",
-          headlines.spectral_targets),
+          headlines.spectral_targets, reasons.spectral_targets),
     Claim("The importance head ranks tokens beyond their position", "§5.4", ("metric_importance",),
           "per spectral head: its ρ interval lies above the position-only baseline's ρ", head_learns,
-          "heads above position alone", headlines.head_learns),
+          "heads above position alone", headlines.head_learns, reasons.head_learns),
     Claim("RandNLA supervision at q = 1 is as good as exact", "Table 13", ("metric_table13",),
           "per probe with an exact-target SPN: the SPN on q = 1 targets reaches at least 0.9 of its v1",
-          randnla_supervision, "probes at ≥ 0.9 of exact", headlines.randnla_supervision),
+          randnla_supervision, "probes at ≥ 0.9 of exact", headlines.randnla_supervision, reasons.randnla_supervision),
     Claim("The VAE bottleneck cuts a dense probe's effective rank", "§6", ("metric_vae",),
           "per VAE: the latent probe's erank interval lies below the original probe's", vae_cut,
-          "VAEs: erank interval below", headlines.vae_cut),
+          "VAEs: erank interval below", headlines.vae_cut, reasons.vae_cut),
     Claim("Geometric merging beats ToMe on CLS decoders at every η", "Table 2 (CLS)", ("prune_table2",),
-          f"per CLS model and η > 0: importance's degradation below ToMe's, {PRUNING}", cls_merging,
-          "(model, η): importance lower, p < 0.05", headlines.cls_merging),
+          f"per CLS model and η > 0: importance's degradation below ToMe's score's, {PRUNING}", pc.cls_merging,
+          "(model, η): importance lower, p < 0.05", headlines.cls_merging, reasons.cls_merging),
     Claim("2-stage pruning with LLF beats ToMe on dense depth from η = 0.2", "Table 2 (dense), App. E.1",
           ("prune_schedules",), "per dense model and η ≥ 0.2 (2-stage + LLF, first domain, base resolution): "
-          f"importance's added SILog below ToMe's, {PRUNING}", dense_pruning,
-          "(model, η): importance lower, p < 0.05"),
+          f"importance's added SILog below ToMe's score's, {PRUNING}", pc.dense_pruning,
+          "(model, η): importance lower, p < 0.05", None, reasons.dense_pruning),
     Claim("Importance's lead over ToMe carries to higher resolutions", "Tables 4–5", ("prune_resolutions",),
           "per dense model, resolution above the base, schedule with LLF and η > 0: importance's added SILog "
-          f"below ToMe's, {PRUNING}", resolution_transfer,
-          "settings: importance lower, p < 0.05", lambda _: "Tables 4–5, at 336 and 448 px"),
+          f"below ToMe's score's, {PRUNING}", pc.resolution_transfer,
+          "settings: importance lower, p < 0.05", lambda _: "Tables 4–5, at 336 and 448 px",
+          reasons.resolution_transfer),
+    Claim("ToMe's soft merging beats every hard reduction on dense depth (ours)",
+          "Table 2 (dense), App. E.1", ("prune_schedules",),
+          "per dense model, schedule with LLF and η > 0 (first domain, base resolution): ToMe's merging's added "
+          f"SILog below each of importance, ToMe's score, EViT and random, {PRUNING}", pc.soft_merging,
+          "(model, schedule, η): merging lowest, p < 0.05", None, reasons.soft_merging),
     Claim("The DRM predicts decoder distance better than L2 and cosine", "Table 14", ("retrieval_table14",),
           "per model, domain and baseline (L2, cosine): the DRM's ρ interval lies above the baseline's",
-          drm_against("retrieval_table14", ("l2", "cosine")), "comparisons: DRM interval above",
-          lambda t: headlines.drm(t, "retrieval_table14")),
+          pc.drm_against("retrieval_table14", ("l2", "cosine")), "comparisons: DRM interval above",
+          lambda t: headlines.drm(t, "retrieval_table14"), reasons.drm_against("retrieval_table14", ("l2", "cosine"))),
     Claim("The DRM keeps its lead over cosine across domains", "Table 15", ("retrieval_table15",),
           "per model, domain and baseline (cosine): the DRM's ρ interval lies above the baseline's",
-          drm_against("retrieval_table15", ("cosine",)), "comparisons: DRM interval above",
-          lambda t: headlines.drm(t, "retrieval_table15")),
+          pc.drm_against("retrieval_table15", ("cosine",)), "comparisons: DRM interval above",
+          lambda t: headlines.drm(t, "retrieval_table15"), reasons.drm_against("retrieval_table15", ("cosine",))),
 )
 
 
@@ -374,26 +230,46 @@ def judge_all(tables: Tables, multiview: Callable[[str], bool]) -> list[tuple[Cl
             for c in CLAIMS]
 
 
-def findings(tables: Tables, multiview: Callable[[str], bool]) -> pd.DataFrame:
+def findings(tables: Tables, context: reasons.Context) -> pd.DataFrame:
     """One row per claim (``COLUMNS``), judged from ``tables`` (``judge_all``); a claim whose
     tables hold no rows is not tested. ``paper_headline`` and ``ours_headline`` say the paper's
-    figure and our count of successes in one phrase each.
+    figure and our count of successes in one phrase each; ``why``, for a claim that is tested and
+    does not hold, its reason rule's kind and phrase (``evaluate.reasons``).
 
     Args:
         tables: table name -> DataFrame, every table a claim reads.
-        multiview: model name -> whether it is a multi-view host.
+        context: what the reason rules read beside the tables (its ``multiview`` serves the judges).
 
     Returns:
         The findings, columns ``COLUMNS``.
     """
     rows = []
-    for c, theirs, checks in judge_all(tables, multiview):
+    for c, theirs, checks in judge_all(tables, context.multiview):
         passed = sum(ok for _, ok in checks)
         short = c.headline(tables) if c.headline is not None and checks else theirs
+        judged = verdict([ok for _, ok in checks])
+        why = explain(c, tables, context, judged)
         rows.append({"claim": c.claim, "where": c.where, "paper": theirs or "—",
                      "ours": "; ".join(text for text, _ in checks) or "—",
-                     "checks": f"{passed} of {len(checks)}",
-                     "verdict": verdict([ok for _, ok in checks]), "rule": c.rule,
+                     "checks": f"{passed} of {len(checks)}", "verdict": judged,
+                     "why": why.cell if why else "", "rule": c.rule,
                      "paper_headline": short or theirs or "—",
                      "ours_headline": f"{passed} of {len(checks)} {c.counted}" if checks else "—"})
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def explain(claim: Claim, tables: Tables, context: reasons.Context, judged: str) -> reasons.Reason | None:
+    """The claim's reason where it is tested and does not hold, None otherwise.
+
+    Args:
+        claim: the claim.
+        tables: the run's tables.
+        context: what the reason rules read beside the tables.
+        judged: its verdict.
+
+    Returns:
+        Its reason rule's answer, or None.
+    """
+    if judged in (HOLDS, UNTESTED) or claim.reason is None:
+        return None
+    return claim.reason(tables, context)

@@ -355,10 +355,10 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         name="findings",
-        help="Each of the paper's claims that the run tests: the paper's figure, ours, and a verdict by a stated rule.",
+        help="Each of the paper's claims the run tests: the paper's figure, ours, a verdict by a stated rule, why.",
         deps={"params_ok": PARAMS_OK, **FINDINGS_INPUTS},
         outs={ext: f"results/findings.{ext}" for ext in ("csv", "md", "tex")},
-        params=("zoo",), seconds=1,
+        params=("zoo", "diagnose.estimator", "diagnose.regimes"), seconds=1,
     ),
     Stage(
         name="report",

@@ -169,19 +169,22 @@ def generator(seed: int, *key: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(np.random.SeedSequence([seed, *key]).generate_state(1)[0]))
 
 
-def summary_rows(values: dict[str, np.ndarray], boot: dict, reference: str = "importance") -> list[dict]:
+def summary_rows(values: dict[str, np.ndarray], boot: dict,
+                 references: tuple[str, ...] = ("importance", "tome")) -> list[dict]:
     """One row per method: the mean, the std over seeds of the image means, the bootstrap interval
-    over images of the seed-averaged values, and the Wilcoxon p of ``reference`` against the
-    method, paired by image.
+    over images of the seed-averaged values, and, against each of ``references`` present, the
+    Wilcoxon p paired by image and the standard deviation over images of the paired difference
+    reference − method (what the smallest difference the test can detect scales with).
 
     Args:
         values: method -> (seeds, images) per-image metric.
         boot: ``resamples``, ``level`` and ``seed`` of the bootstrap.
-        reference: the method every other is tested against.
+        references: the methods every other is tested against: importance (the tables' test) and
+            ToMe's merging (the soft-against-hard finding).
 
     Returns:
-        Rows with method, mean, std_seeds, ci_low, ci_high, images and (for methods other than
-        ``reference``, when it is present) p_vs_importance.
+        Rows with method, mean, std_seeds, ci_low, ci_high, images and, per reference R present
+        other than the method itself, p_vs_R and sd_diff_vs_R.
     """
     rows = []
     for method, v in values.items():
@@ -189,8 +192,10 @@ def summary_rows(values: dict[str, np.ndarray], boot: dict, reference: str = "im
         s = summarize(per_image, boot["resamples"], boot["level"], boot["seed"])
         row = {"method": method, "mean": s.mean, "std_seeds": float(v.mean(axis=1).std(ddof=1)) if len(v) > 1 else 0.0,
                "ci_low": s.low, "ci_high": s.high, "images": s.n}
-        if reference in values and method != reference:
-            row["p_vs_importance"] = wilcoxon_p(values[reference].mean(axis=0), per_image)
+        for reference in (r for r in references if r in values and r != method):
+            paired = values[reference].mean(axis=0)
+            row[f"p_vs_{reference}"] = wilcoxon_p(paired, per_image)
+            row[f"sd_diff_vs_{reference}"] = float(np.std(paired - per_image, ddof=1)) if len(paired) > 1 else 0.0
         rows.append(row)
     return rows
 

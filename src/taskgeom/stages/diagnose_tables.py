@@ -3,7 +3,8 @@
 - table1: κ_cap(r), CV, erank, r_0.90 (mean and bootstrap interval over images), regime and the
   architecture it calls for, with the paper's Table 1 rows beside ours (and the regime our rule
   gives the paper's own numbers).
-- power_iterations: subspace-alignment error of randomized power iteration at each q (App. C.3).
+- power_iterations: subspace-alignment error of randomized power iteration at each q (App. C.3),
+  with the mean spectral gap ratio σ_{r+1}/σ_r of its images (gap);
 - output_metric: Euclidean vs SO(3)-aware output metric on the camera head — κ_cap, erank, and the
   Spearman ρ (and top-half overlap) between the two token-importance rankings e_t, per image.
 - accuracy: the matrix-free diagnosis against the dense reference where a probe allows it.
@@ -70,7 +71,8 @@ def power_table(results: list[dict], paper: dict) -> pd.DataFrame:
         qs = [c for c in frame.columns if c.startswith("q") and c[1:].isdigit()]
         rows.append({"source": "ours", "probe": res["probe"], "reference": frame["reference"].iloc[0],
                      "images": len(frame),  # rounding can leave 1 − alignment a hair below 0
-                     **{f"error_{c}": float(frame[c].clip(lower=0).mean()) for c in qs}})
+                     **{f"error_{c}": float(frame[c].clip(lower=0).mean()) for c in qs},
+                     **({"gap": float(frame["gap"].mean())} if "gap" in frame else {})})
     for name, errors in paper.items():
         rows.append({"source": "paper", "probe": name, **{f"error_q{q}": v for q, v in errors.items()}})
     return pd.DataFrame(rows)

@@ -10,13 +10,16 @@ from collections.abc import Callable
 from taskgeom.artifacts.atomic import write_text
 from taskgeom.artifacts.tables import read_table, write_table
 from taskgeom.evaluate import findings_text
-from taskgeom.evaluate.findings import CLAIMS, findings, judge_all
+from taskgeom.evaluate.findings import CLAIMS, explain, findings, judge_all
+from taskgeom.evaluate.reasons import Context
 from taskgeom.pipeline.runtime import StageContext
 
 CAPTION = ("The paper's claims that this run tests: the verdict (holds: every item the claim applies to meets "
            "its rule; does not hold: none does; mixed: some do; not tested: the run has no such item), the paper's "
            "headline figure and how many items meet the rule, computed from the tables below; each claim's rule, "
-           "the paper's figures in full and every check follow the table.")
+           "the paper's figures in full and every check follow the table. Why: for a claim that does not hold, the "
+           "measurement that decides whether this run could show it (not testable here, the effect smaller than the "
+           "test can see, or tested and contrary), by a rule fixed before the run (taskgeom.evaluate.reasons).")
 
 
 def multiview(zoo: dict) -> Callable[[str], bool]:
@@ -26,11 +29,14 @@ def multiview(zoo: dict) -> Callable[[str], bool]:
 
 def run(ctx: StageContext) -> None:
     tables = {name: read_table(ctx.inputs[name]) for name in sorted({n for c in CLAIMS for n in c.tables})}
-    judged = judge_all(tables, multiview(ctx.params["zoo"]))
-    table = findings(tables, multiview(ctx.params["zoo"]))
+    diagnose = ctx.params["diagnose"]
+    context = Context(multiview(ctx.params["zoo"]), diagnose["estimator"]["r"], diagnose["regimes"])
+    judged = judge_all(tables, context.multiview)
+    table = findings(tables, context)
+    why = [explain(c, tables, context, v) for c, v in zip(CLAIMS, table["verdict"])]
     for row in table.itertuples():
-        ctx.log.info("%s: %s (%s)", row.claim, row.verdict, row.checks)
+        ctx.log.info("%s: %s (%s) %s", row.claim, row.verdict, row.checks, row.why)
     write_table(table, ctx.outputs["csv"], provenance=ctx.provenance())
-    write_text(ctx.outputs["md"], findings_text.markdown(judged, table, CAPTION), ctx.provenance())
+    write_text(ctx.outputs["md"], findings_text.markdown(judged, table, why, CAPTION), ctx.provenance())
     write_text(ctx.outputs["tex"], findings_text.summary(table).to_latex(index=False, caption=CAPTION, escape=True),
                ctx.provenance())

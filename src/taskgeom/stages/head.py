@@ -2,9 +2,12 @@
 ``learn.head_defaults``) for each of its seeds on a probe's cached targets, and evaluate the
 Spearman ρ between predicted and target importance on the held-out test images (paper §5.4–5.5,
 App. F). Two floors: the untrained head of the same seed, and the mean training target of each
-token slot (what position alone predicts). Every seed's head is saved, for the pruning stages
-to average over. Each image's ρ behind those means (per seed and quantity, and the position-only
-floor's, whose interval is a bootstrap over images) is published beside the metrics."""
+token slot (what position alone predicts). Two measurements of what the targets leave a head to
+learn (``metric.target_agreement``): each test image's ρ between the spectral and the block-norm
+target, and the share of the target's within-image rank variance that the token slot explains.
+Every seed's head is saved, for the pruning stages to average over. Each image's ρ behind those
+means (per seed and quantity, the position-only floor's, whose interval is a bootstrap over
+images, and the targets' agreement) is published beside the metrics."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from taskgeom.finite import check_metrics
 from taskgeom.metric.checkpoint import save_seeds
 from taskgeom.metric.fit import fit, predict
 from taskgeom.metric.head import ImportanceHead, head_loss
+from taskgeom.metric.target_agreement import position_share, targets_agreement
 from taskgeom.metric.targets import TargetFile
 from taskgeom.models.host import param_count
 from taskgeom.pipeline.runtime import StageContext
@@ -74,12 +78,16 @@ def run(ctx: StageContext) -> None:
     # training target of its token slot (position alone)
     mean_map = train.read((key,), slice(0, cfg["train_images"]))[key].mean(axis=0)
     rho_mean_map = rho_per_image(np.broadcast_to(mean_map, truth["test"].shape), truth["test"])
+    spectral_key = target_key("spectral", test, ctx.params["learn"]["targets"]["power_iters"])
+    both = test.read((spectral_key, "block_norm"))
+    agreement = targets_agreement(both[spectral_key], both["block_norm"])
     exact_truth = (test.read(("exact/importance",))["exact/importance"]
                    if test.exact and cfg["target"] == "spectral" else None)
     score = lambda model, F: model(F)
     loss = lambda model, b: head_loss(model(b["features"]), b[key], cfg["w_rank"])
     seeds, curves, examples, heads = [], [], None, {}
-    tidy = [per_image_rows(name, "rho_position_only", None, rho_mean_map)]
+    tidy = [per_image_rows(name, "rho_position_only", None, rho_mean_map),
+            per_image_rows(name, "rho_spectral_vs_block_norm", None, agreement)]
     torch.use_deterministic_algorithms(True, warn_only=True)
     for seed in cfg["seeds"]:
         torch.manual_seed(seed)
@@ -115,6 +123,8 @@ def run(ctx: StageContext) -> None:
     write_json(ctx.outputs["metrics"], {
         "head": name, **cfg, "target_key": key, "parameters": param_count(head), "test_images": test.num_items,
         "rho_mean_map": summarize(rho_mean_map.tolist(), boot["resamples"], boot["level"], boot["seed"]).as_dict(),
+        "targets_agreement": summarize(agreement.tolist(), boot["resamples"], boot["level"], boot["seed"]).as_dict(),
+        "position_share": position_share(truth["test"]),
         "seeds_detail": seeds, "summary": summary, "examples": examples, "provenance": ctx.provenance()})
     write_table(pd.DataFrame(curves), ctx.outputs["curve"], provenance=ctx.provenance())
     write_values(pd.concat(tidy, ignore_index=True), ctx.outputs["values"], provenance=ctx.provenance())

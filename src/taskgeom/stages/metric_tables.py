@@ -2,6 +2,8 @@
 
 - importance: Spearman ρ of each probe's importance head against its target on held-out images
   (mean ± std over seeds, bootstrap interval), its untrained floor, its size (paper §5.5, App. F);
+  beside it, what the targets leave to learn: the per-image ρ between the spectral and the
+  block-norm target (targets_rho) and the slot's share of the target's rank variance;
 - head_ablations: every head that differs from its probe's first head in one setting (target
   type, w_rank, training-set size, width, attention heads), beside that first head;
 - table13: SPN subspace alignment V1 on held-out images per supervision — random init, exact
@@ -63,7 +65,9 @@ def head_row(h: dict) -> dict:
     row = {"head": h["head"], "probe": h["probe"], "target": h["target"], "w_rank": h["w_rank"],
            "train_images": h["train_images"], "width": h["width"], "heads": h["heads"], "parameters": h["parameters"],
            "seeds": len(h["seeds_detail"]), "rho": rho["mean"], "rho_std": rho["std"], "rho_ci": _ci(rho),
-           "rho_untrained": h["summary"]["rho_random_init"]["mean"], "rho_position_only": h["rho_mean_map"]["mean"]}
+           "rho_untrained": h["summary"]["rho_random_init"]["mean"], "rho_position_only": h["rho_mean_map"]["mean"],
+           "targets_rho": h["targets_agreement"]["mean"], "targets_rho_ci": _ci(h["targets_agreement"]),
+           "position_share": h["position_share"]}
     if "rho_test_vs_exact" in h["summary"]:
         row["rho_vs_exact_target"] = h["summary"]["rho_test_vs_exact"]["mean"]
     return row

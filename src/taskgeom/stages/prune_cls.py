@@ -41,6 +41,8 @@ from taskgeom.prune.protocol import (
 )
 from taskgeom.prune.redundancy import NEAR_DUPLICATE, near_duplicate_share
 
+UNTESTED = ("p_vs_", "sd_diff_vs_")  # k-NN accuracy rows carry no paired test
+
 
 def write_dvc_files(ctx: StageContext, rows: list[dict], domain: str, resolution: int) -> None:
     """CLS degradation ×100 per method at each η on the base setting, the mean over seeds and
@@ -98,7 +100,7 @@ def run(ctx: StageContext) -> None:
             rows += [{**common, "metric": "cls_degradation", **r} for r in summary_rows(by_method(tidy[-1]), boot)]
             if base_setting:
                 tidy.append(per_image(correct, p["seeds"], {**common, "metric": "knn_top1"}))
-                rows += [{**common, "metric": "knn_top1", **{k: v for k, v in r.items() if k != "p_vs_importance"}}
+                rows += [{**common, "metric": "knn_top1", **{k: v for k, v in r.items() if not k.startswith(UNTESTED)}}
                          for r in summary_rows(by_method(tidy[-1]), boot)]
             ctx.log.info("%s %s@%d η=%.2f: %s", name, domain, res, ratio,
                          ", ".join(f"{m} {v.mean():.3g}" for m, v in values.items()))

@@ -117,7 +117,7 @@ def table2(ctx, cls: pd.DataFrame, dense: pd.DataFrame, numbers: dict, base_res:
     ours = effects(ordered(pd.concat(ours, ignore_index=True)).assign(source="ours")) if ours else pd.DataFrame()
     long = pd.concat([ours, paper_table2(numbers)], ignore_index=True)
     keep = [c for c in ("part", "source", "model", "method", "ratio", "mean", "std_seeds", "ci_low", "ci_high",
-                        "p_vs_importance", *EFFECT_COLUMNS, "images") if c in long]
+                        "p_vs_importance", "sd_diff_vs_importance", *EFFECT_COLUMNS, "images") if c in long]
     long = long[keep]
     sections = []
     for part, title in (("cls", "CLS degradation ×100 (lower is better)"),
