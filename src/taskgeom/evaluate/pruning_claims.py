@@ -26,17 +26,17 @@ def _same_setting(table: pd.DataFrame, row) -> pd.DataFrame:
 
 
 def reference(table: pd.DataFrame, row) -> str:
-    """"; ToMe merging (reference) m" for ``row``'s setting, "" where the table has no such row."""
+    """" (soft ToMe merging, a reference: m)" for ``row``'s setting, "" where the table has none."""
     merging = _same_setting(table, row)
     merging = merging[merging["method"] == MERGING]
-    return f"; ToMe merging (soft, reference) {merging['mean'].iloc[0]:.3g}" if len(merging) else ""
+    return f" (soft ToMe merging, a reference: {merging['mean'].iloc[0]:.3g})" if len(merging) else ""
 
 
 def beats(table: pd.DataFrame, rows: pd.DataFrame, label: Callable) -> Checks:
     """Importance against a baseline's ``rows`` (with importance_minus_method and p_vs_importance):
     a success where importance's error is the lower one and the paired test gives p < ALPHA."""
-    return [(f"{label(r)}: importance {r.importance_mean:.3g} vs ToMe score {r.mean:.3g} "
-             f"(p {r.p_vs_importance:.2g}){reference(table, r)}",
+    return [(f"{label(r)}: importance {r.importance_mean:.3g} vs ToMe score {r.mean:.3g}{reference(table, r)} "
+             f"(p {r.p_vs_importance:.2g})",
              bool(r.importance_minus_method < 0 and r.p_vs_importance < ALPHA)) for r in rows.itertuples()]
 
 

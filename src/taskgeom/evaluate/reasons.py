@@ -5,13 +5,14 @@ Every failing item of a claim gets one of three kinds, by a rule fixed per claim
 
 - ``UNTESTABLE`` "not testable here": a measurement of the run's inputs says the effect cannot
   show in it (the two targets rank tokens alike; position alone ranks them; the spectrum has no
-  gap for power iteration to use);
+  gap for power iteration to use; too few images for the signed-rank test to reach p < ``ALPHA``,
+  whose smallest two-sided p at n pairs is 2·2⁻ⁿ);
 - ``TOO_SMALL`` "the effect is smaller than the test can see": the difference lies inside the
   intervals, or the paired test did not see it, beside the smallest difference it detects;
 - ``CONTRARY`` "tested and contrary": the run measured the opposite, beyond its uncertainty.
 
 The claim's kind is the commonest among its failing items (ties: contrary, then too small,
-then untestable). The thresholds are constants of this module, fixed before any run is read:
+then untestable), and its phrase the first such item's measurement. The thresholds are constants of this module, fixed before any run is read:
 
 - ``AGREE``: per-image ρ between the spectral and the block-norm target from which no head can
   rank one target's tokens better than the other's;
@@ -76,30 +77,31 @@ class Reason:
         return f"{self.kind} ({self.short})"
 
 
-Item = tuple[str, str]  # (kind, sentence)
+Item = tuple[str, str, str]  # (kind, sentence, its measurement in a short phrase)
+WORD = {CONTRARY: "contrary", TOO_SMALL: "too small to see", UNTESTABLE: "not testable"}
 
 
-def combine(items: list[Item], short: Callable[[Counter], str] | None = None) -> Reason:
-    """A claim's reason from its failing items' (kind, sentence); the phrase counts the kinds,
-    or is ``short(counts)``.
+def combine(items: list[Item]) -> Reason:
+    """A claim's reason from its failing items.
 
     Args:
-        items: the failing items.
-        short: the phrase from the counts of each kind, when a claim words it itself.
+        items: (kind, sentence, short phrase) per failing item.
 
     Returns:
-        The reason (kind: the commonest, ties by ``PRECEDENCE``).
+        The reason: the commonest kind (ties by ``PRECEDENCE``); as its phrase, the first item of
+        that kind's, after the count of each kind where the items differ in kind, or followed by
+        how many more items there are.
     """
-    counts = Counter(kind for kind, _ in items)
+    counts = Counter(kind for kind, *_ in items)
     if not counts:
         return Reason(UNTESTABLE, "no failing item to explain", ())
     kind = max(PRECEDENCE, key=lambda k: (counts[k], -PRECEDENCE.index(k)))
-    phrase = short(counts) if short else ", ".join(
-        f"{counts[k]} of {len(items)} {WORD[k]}" for k in PRECEDENCE if counts[k])
-    return Reason(kind, phrase, tuple(f"{text}: {k}" for k, text in items))
-
-
-WORD = {CONTRARY: "contrary", TOO_SMALL: "too small to see", UNTESTABLE: "not testable"}
+    first = next(phrase for k, _, phrase in items if k == kind)
+    if len(counts) > 1:
+        phrase = ", ".join(f"{counts[k]} {WORD[k]}" for k in PRECEDENCE if counts[k]) + f"; {first}"
+    else:
+        phrase = first + (f"; {len(items) - 1} more alike" if len(items) > 1 else "")
+    return Reason(kind, phrase, tuple(f"{text}: {k}" for k, text, _ in items))
 
 
 def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
@@ -135,20 +137,19 @@ def regimes(t: Tables, ctx: Context) -> Reason:
     contrary unless every such axis's interval contains its threshold (then too small)."""
     table = t["diagnose_table1"]
     theirs = {row.decoder: row for row in rows_of(table, "paper").itertuples()}
-    items, axes_off = [], Counter()
+    items = []
     for row in rows_of(table, "ours").itertuples():
         paper = theirs.get(PAPER_PROBE.get((ctx.multiview(row.model), row.decoder)))
         if row.metric != "euclidean" or paper is None or row.regime == paper.regime:
             continue
         axes = regime_axes(row, paper, ctx.r, ctx.regimes)
-        axes_off.update(name for name, *_ in axes)
         within = bool(axes) and all(low <= limit <= high for _, _, limit, (low, high) in axes)
         said = "; ".join(f"{name} {value:.3g} {'≥' if value >= limit else '<'} {limit:.3g} (by {value - limit:+.3g})"
                          for name, value, limit, _ in axes) or "on the same side of every threshold"
         items.append((TOO_SMALL if within else CONTRARY,
-                      f"{row.probe} is {row.regime}, the paper's {paper.decoder} {paper.regime}: {said}"))
-    return combine(items, lambda counts: ", ".join(f"{counts[k]} {WORD[k]}" for k in PRECEDENCE if counts[k])
-                   + "; off on " + ", ".join(f"{axis} ×{n}" for axis, n in axes_off.items()))
+                      f"{row.probe} is {row.regime}, the paper's {paper.decoder} {paper.regime}: {said}",
+                      f"{row.probe} off on {', '.join(name for name, *_ in axes) or 'no axis'}"))
+    return combine(items)
 
 
 def power_iteration(t: Tables, ctx: Context) -> Reason:
@@ -162,7 +163,7 @@ def power_iteration(t: Tables, ctx: Context) -> Reason:
         gap = getattr(r, "gap", math.nan)
         text = (f"{r.probe}: {r.error_q0:.3g} → {r.error_q2:.3g}, σ_(r+1)/σ_r {gap:.3g} allows a cut to "
                 f"{gap ** 8:.2g} of it")
-        items.append((UNTESTABLE if gap ** 8 > CUT else CONTRARY, text))
+        items.append((UNTESTABLE if gap ** 8 > CUT else CONTRARY, text, f"{r.probe}: σ_(r+1)/σ_r {gap:.3g}"))
     return combine(items)
 
 
@@ -189,10 +190,9 @@ def spectral_targets(t: Tables, _ctx: Context) -> Reason:
                 continue
             kind = (UNTESTABLE if b.targets_rho >= AGREE or b.position_share >= POSITION
                     else TOO_SMALL if _overlap(interval(s.rho_ci), interval(b.rho_ci)) else CONTRARY)
-            items.append((kind, f"{s.head} ρ {s.rho:.3g} {s.rho_ci} vs {b.head} {b.rho:.3g} {b.rho_ci}; {_targets(b)}"))
-    first = next((h for h in heads[heads["target"] == "block_norm"].itertuples()), None)
-    return combine(items, lambda _: (f"targets agree, ρ {first.targets_rho:.2f}; position {first.position_share:.0%}"
-                                     if first is not None else ""))
+            items.append((kind, f"{s.head} ρ {s.rho:.3g} {s.rho_ci} vs {b.head} {b.rho:.3g} {b.rho_ci}; {_targets(b)}",
+                          f"targets' ρ {b.targets_rho:.2f}, position {b.position_share:.0%}"))
+    return combine(items)
 
 
 def head_learns(t: Tables, _ctx: Context) -> Reason:
@@ -207,14 +207,16 @@ def head_learns(t: Tables, _ctx: Context) -> Reason:
             continue
         kind = UNTESTABLE if h.position_share >= POSITION else TOO_SMALL if high >= h.rho_position_only else CONTRARY
         items.append((kind, f"{h.head} ρ {h.rho:.3g} {h.rho_ci} vs position-only {h.rho_position_only:.3g}; "
-                            f"position explains {h.position_share:.0%} of the target's rank variance"))
+                            f"position explains {h.position_share:.0%} of the target's rank variance",
+                      f"{h.head}: position explains {h.position_share:.0%}"))
     return combine(items)
 
 
 def randnla_supervision(t: Tables, _ctx: Context) -> Reason:
     """Per probe whose q = 1 SPN reaches less than 0.9 of exact supervision: contrary."""
     table = rows_of(t["metric_table13"], "ours")
-    return combine([(CONTRARY, f"{r.probe}: q1 at {r.share_of_exact:.3g} of exact") for r in table.itertuples()
+    return combine([(CONTRARY, f"{r.probe}: q1 at {r.share_of_exact:.3g} of exact",
+                     f"{r.probe}: q1 at {r.share_of_exact:.2f} of exact") for r in table.itertuples()
                     if r.supervision == "q1" and pd.notna(r.share_of_exact) and r.share_of_exact < 0.9])
 
 
@@ -228,17 +230,20 @@ def vae_cut(t: Tables, _ctx: Context) -> Reason:
         if latent[1] < original[0]:
             continue
         items.append((TOO_SMALL if _overlap(latent, original) else CONTRARY,
-                      f"{r.vae}: erank {r.original:.3g} {r.original_ci} → {r.latent:.3g} {r.latent_ci}"))
+                      f"{r.vae}: erank {r.original:.3g} {r.original_ci} → {r.latent:.3g} {r.latent_ci}",
+                      f"{r.vae}: erank {r.original:.3g} → {r.latent:.3g}"))
     return combine(items)
 
 
 # ----------------------------------------------------------------------------- using the metric
 
 
-def paired(diff: float, sd: float, n: int, p: float) -> tuple[str, str]:
-    """The kind of a failing paired comparison and its figures: contrary where the test saw the
-    other direction (p < ALPHA, diff > 0), else too small; the difference with its normal 95%
-    interval and the smallest difference the test detects.
+def paired(diff: float, sd: float, n: int, p: float) -> tuple[str, str, str]:
+    """The kind of a failing paired comparison and its figures: not testable where n images
+    cannot give the signed-rank test p < ALPHA at all (its smallest two-sided p is 2·2⁻ⁿ);
+    contrary where the test saw the other direction (p < ALPHA, diff > 0); else too small. The
+    figures: the difference with its normal 95% interval and the smallest difference the test
+    detects.
 
     Args:
         diff: the mean paired difference (the claim's method minus the other; below 0 favours it).
@@ -247,13 +252,18 @@ def paired(diff: float, sd: float, n: int, p: float) -> tuple[str, str]:
         p: the paired test's p.
 
     Returns:
-        (kind, "Δ d [lo, hi], detectable |Δ| ≥ m at n images, p p").
+        (kind, "Δ d [lo, hi], detectable |Δ| ≥ m at n images, p p", a short phrase).
     """
     se = sd / math.sqrt(n) if n > 0 else math.nan
     half = stats.norm.ppf(1 - ALPHA / 2) * se
+    floor = 2.0 ** (1 - n)
+    if floor >= ALPHA:
+        return (UNTESTABLE, f"Δ {diff:+.3g}, p {p:.2g}: at {n} images the paired test's smallest p is {floor:.2g}",
+                f"{n} images: p ≥ {floor:.2g}")
     kind = CONTRARY if p < ALPHA and diff > 0 else TOO_SMALL
     return kind, (f"Δ {diff:+.3g} [{diff - half:+.3g}, {diff + half:+.3g}], detectable |Δ| ≥ {DETECT_Z * se:.3g} "
-                  f"at {n} images, p {p:.2g}")
+                  f"at {n} images, p {p:.2g}"), (f"Δ {diff:+.2g}, p {p:.2g}" if kind == CONTRARY else
+                                                f"Δ {diff:+.2g} vs detectable {DETECT_Z * se:.2g}")
 
 
 def _pruning(select: Callable[[Tables], pd.DataFrame], label: Callable) -> Callable[[Tables, Context], Reason]:
@@ -263,9 +273,9 @@ def _pruning(select: Callable[[Tables], pd.DataFrame], label: Callable) -> Calla
         for r in select(t).itertuples():
             if r.importance_minus_method < 0 and r.p_vs_importance < ALPHA:
                 continue
-            kind, figures = paired(r.importance_minus_method, r.sd_diff_vs_importance, int(r.images),
-                                   r.p_vs_importance)
-            items.append((kind, f"{label(r)}: importance − ToMe score {figures}"))
+            kind, figures, phrase = paired(r.importance_minus_method, r.sd_diff_vs_importance, int(r.images),
+                                           r.p_vs_importance)
+            items.append((kind, f"{label(r)}: importance − ToMe score {figures}", f"{label(r)}: {phrase}"))
         return combine(items)
     return reason
 
@@ -283,9 +293,10 @@ def soft_merging(t: Tables, _ctx: Context) -> Reason:
         if ((rows["merging_mean"] < rows["mean"]) & (rows["p_vs_tome"] < ALPHA)).all():
             continue
         best = rows.loc[rows["mean"].idxmin()]
-        kind, figures = paired(best["merging_mean"] - best["mean"], best["sd_diff_vs_tome"], int(best["images"]),
-                               best["p_vs_tome"])
-        items.append((kind, f"{model} {schedule} η {ratio:g}: merging − {best['method']} {figures}"))
+        kind, figures, phrase = paired(best["merging_mean"] - best["mean"], best["sd_diff_vs_tome"],
+                                       int(best["images"]), best["p_vs_tome"])
+        items.append((kind, f"{model} {schedule} η {ratio:g}: merging − {best['method']} {figures}",
+                      f"{schedule} η {ratio:g}, vs {best['method']}: {phrase}"))
     return combine(items)
 
 
@@ -310,6 +321,7 @@ def drm_against(name: str, baselines: tuple[str, ...]) -> Callable[[Tables, Cont
                     shift = (f"; decoder distances from the first domain's: KS {d.distance_shift:.2f}, median "
                              f"×{d.distance_ratio:.2f}" if pd.notna(getattr(d, "distance_shift", math.nan)) else "")
                     items.append((TOO_SMALL if _overlap((d.rho_low, d.rho_high), (o.rho_low, o.rho_high))
-                                  else CONTRARY, f"{model} {domain}: ρ {_drop(d, 'drm')}, {_drop(o, o.method)}{shift}"))
+                                  else CONTRARY, f"{model} {domain}: ρ {_drop(d, 'drm')}, {_drop(o, o.method)}{shift}",
+                                  f"{domain}: ρ {_drop(d, 'drm')}, {_drop(o, o.method)}"))
         return combine(items)
     return reason

@@ -57,15 +57,17 @@ def power_errors(probe: Probe, r: int, qs: list[int], reference: Tensor | None, 
     """1 − alignment of randomized_svd's top-r modes at each q (key ``q<q>``) with the reference
     modes (N·D, r); without a dense reference, with randomized_svd at ``reference_q`` (a different
     seed). Also the spectral gap ratio σ_{r+1}/σ_r (key ``gap``) from the Ritz values of the
-    largest q: power iteration shrinks the error's bound by that ratio squared per iteration
-    (Halko, Martinsson & Tropp 2011, §10.4), so a gap near 1 leaves it little to cut."""
+    largest q: power iteration shrinks the tangent of the largest principal angle by that ratio
+    squared per iteration (Golub & Van Loan §8.2.4), so a gap near 1 leaves it little to cut. Where
+    J's rank is below r (σ_r ≤ 1e-6·σ_1) there is no gap at r and the ratio is taken as 1."""
     op = JacobianOperator(probe.f, probe.F)
     if reference is None:
         reference = randomized_svd(op, r, POWER_OVERSAMPLE, reference_q, seed=seed + 1).V
     k = min(r, reference.shape[1])
     sketches = {q: randomized_svd(op, r, POWER_OVERSAMPLE, q, seed=seed) for q in qs}
     ritz = sketches[max(qs)].ritz
-    gap = float(ritz[r] / ritz[r - 1]) if len(ritz) > r and ritz[r - 1] > 0 else float("nan")
+    gap = (float("nan") if len(ritz) <= r else float(ritz[r] / ritz[r - 1]) if ritz[r - 1] > 1e-6 * ritz[0]
+           else 1.0)
     return {**{f"q{q}": 1.0 - subspace_alignment(reference[:, :k], sk.V[:, :k]) for q, sk in sketches.items()},
             "gap": gap}
 
