@@ -374,7 +374,8 @@ STAGES: tuple[Stage, ...] = (
             "paper_numbers": "references/paper_numbers.yaml",
         },
         outs={"report": "results/REPORT.md"},
-        params=("profile",), seconds=1,
+        params=("profile", "zoo", "vae", "diagnose.probes", "diagnose.regimes", "diagnose.estimator", "learn.probes"),
+        seconds=1,  # the params: which probe reads which model, and the regime rule (evaluate/shortfalls.py)
     ),
 )
 
