@@ -374,7 +374,7 @@ STAGES: tuple[Stage, ...] = (
             "paper_numbers": "references/paper_numbers.yaml",
         },
         outs={"report": "results/REPORT.md"},
-        params=("profile",), seconds=1,
+        params=("profile", "zoo", "vae", "diagnose", "learn.probes"), seconds=1,  # evaluate/shortfalls.py
     ),
 )
 

@@ -30,7 +30,15 @@ from taskgeom.data.indexed import open_named
 from taskgeom.pipeline.runtime import StageContext
 
 TABLE2_METHODS = ("random", "tome_score", "importance")
+TABLE2_REFERENCE = ("tome",)  # shown in Table 2 as a labelled reference line, not one of its columns
 METHOD_ORDER = ("random", "tome_score", "evit", "tome", "importance")
+METHOD_LABELS = {  # how tables and figures name each method; the CSVs keep the machine names
+    "random": "random",
+    "tome_score": "ToMe score (Table 2's ToMe)",
+    "evit": "EViT",
+    "tome": "ToMe merging (soft, reference)",
+    "importance": "importance",
+}
 STYLE = dict(zip(METHOD_ORDER, series_styles(len(METHOD_ORDER))))
 SETTING = ("part", "source", "model", "domain", "resolution", "schedule", "llf", "metric", "ratio")
 EFFECT_COLUMNS = ("importance_mean", "importance_minus_method", "importance_over_method", "verdict")
@@ -43,8 +51,18 @@ def read_all(paths: list[Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def ordered(df: pd.DataFrame) -> pd.DataFrame:
-    rank = {m: i for i, m in enumerate(METHOD_ORDER)}
+def label(method: str) -> str:
+    """The name tables and figures give ``method`` (``METHOD_LABELS``; other names as they are)."""
+    return METHOD_LABELS.get(method, method)
+
+
+def labelled(df: pd.DataFrame, column: str = "method") -> pd.DataFrame:
+    """``df`` with ``column`` (the machine method names) replaced by their labels, for display."""
+    return df.assign(**{column: df[column].map(label)}) if column in df else df
+
+
+def ordered(df: pd.DataFrame, order: tuple[str, ...] = METHOD_ORDER) -> pd.DataFrame:
+    rank = {m: i for i, m in enumerate(order)}
     keys = [c for c in ("part", "source", "model", "resolution", "schedule", "_o") if c in df or c == "_o"]
     return df.assign(_o=df["method"].map(rank)).sort_values(keys, kind="stable").drop(columns="_o")
 
@@ -105,16 +123,30 @@ def paper_table2(numbers: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def table2(ctx, cls: pd.DataFrame, dense: pd.DataFrame, numbers: dict, base_res: int) -> pd.DataFrame:
+TABLE2_CAPTION = (f"{label('tome_score')} is ToMe's key-similarity score inside the same hard reduction, as in the "
+                  f"paper's Table 2; {label('tome')} is ToMe's own soft merging, a reference line the paper's "
+                  "Table 2 does not report.")
+
+
+def table2_rows(cls: pd.DataFrame, dense: pd.DataFrame, base_res: int) -> pd.DataFrame:
+    """Our Table 2 rows: CLS degradation and single-stage + LLF additional SILog at the base
+    domain and resolution, for ``TABLE2_METHODS`` and the ``TABLE2_REFERENCE`` lines (ToMe's
+    merging) where the run has them, in that order within each model; source "ours"."""
+    shown = (*TABLE2_METHODS, *TABLE2_REFERENCE)
     ours = []
     if not cls.empty:
         c = base_rows(cls, base_res)
-        ours.append(c[(c["metric"] == "cls_degradation") & c["method"].isin(TABLE2_METHODS)].assign(part="cls"))
+        ours.append(c[(c["metric"] == "cls_degradation") & c["method"].isin(shown)].assign(part="cls"))
     if not dense.empty:
         d = base_rows(dense, base_res)
         ours.append(d[(d["metric"] == "add_silog") & (d["schedule"] == "1-stage") & d["llf"]
-                      & d["method"].isin(TABLE2_METHODS)].assign(part="dense"))
-    ours = effects(ordered(pd.concat(ours, ignore_index=True)).assign(source="ours")) if ours else pd.DataFrame()
+                      & d["method"].isin(shown)].assign(part="dense"))
+    return ordered(pd.concat(ours, ignore_index=True), shown).assign(source="ours") if ours else pd.DataFrame()
+
+
+def table2(ctx, cls: pd.DataFrame, dense: pd.DataFrame, numbers: dict, base_res: int) -> pd.DataFrame:
+    ours = table2_rows(cls, dense, base_res)
+    ours = effects(ours) if not ours.empty else ours
     long = pd.concat([ours, paper_table2(numbers)], ignore_index=True)
     keep = [c for c in ("part", "source", "model", "method", "ratio", "mean", "std_seeds", "ci_low", "ci_high",
                         "p_vs_importance", "sd_diff_vs_importance", *EFFECT_COLUMNS, "images") if c in long]
@@ -125,14 +157,14 @@ def table2(ctx, cls: pd.DataFrame, dense: pd.DataFrame, numbers: dict, base_res:
         sub = long[long["part"] == part]
         if sub.empty:
             continue
-        sections.append((title, pivot(sub, ["source", "model", "method"])))
+        sections.append((title, pivot(labelled(sub), ["source", "model", "method"])))
         ours_part = sub[sub["source"] == "ours"]
         if "verdict" in ours_part and (ours_part["verdict"].fillna("") != "").any():
             sections.append((f"{title.split(' ×')[0]}: importance vs each baseline, paired by image\n\n{COMPARED}.",
-                             comparison(ours_part, ["model"])))
+                             comparison(labelled(ours_part), ["model"])))
     write(ctx, "table2", long, sections,
           f"Table 2: our zoo at the base domain and resolution ({base_res} px), mean over seeds, beside the paper's "
-          "(ImageNet-val @ 224, DINOv2-B/14 CLS and Depth-Anything-V2).")
+          f"(ImageNet-val @ 224, DINOv2-B/14 CLS and Depth-Anything-V2). {TABLE2_CAPTION}")
     return long
 
 
@@ -142,7 +174,7 @@ def relative_reduction(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     if not {"importance", "tome_score"} <= set(wide.columns):
         return pd.DataFrame()
     out = (1.0 - wide["importance"] / wide["tome_score"]).rename("mean").reset_index()
-    return out.assign(method="reduction vs tome_score (> 0: importance better)")
+    return out.assign(method=f"reduction vs {label('tome_score')} (> 0: importance better)")
 
 
 def resolutions(ctx, dense: pd.DataFrame, numbers: dict) -> None:
@@ -153,7 +185,7 @@ def resolutions(ctx, dense: pd.DataFrame, numbers: dict) -> None:
     if not d.empty:
         for schedule, sub in d.groupby("schedule", sort=False):
             sub = ordered(sub)
-            body = pivot(sub, ["model", "resolution", "method"])
+            body = pivot(labelled(sub), ["model", "resolution", "method"])
             red = relative_reduction(sub, ["model", "resolution"])
             if not red.empty:
                 body = pd.concat([body, pivot(red, ["model", "resolution", "method"])], ignore_index=True)
@@ -170,7 +202,7 @@ def schedules(ctx, dense: pd.DataFrame, base_res: int) -> None:
     d = d[d["metric"] == "add_silog"] if not d.empty else d
     long = effects(ordered(d)) if not d.empty else d
     sections = [("Additional SILog ×100 per schedule, LLF on and off",
-                 pivot(long, ["model", "schedule", "llf", "method"]))] \
+                 pivot(labelled(long), ["model", "schedule", "llf", "method"]))] \
         if not d.empty else []
     if not d.empty:
         red = relative_reduction(d, ["model", "schedule", "llf"])
@@ -198,12 +230,12 @@ def second_domain(ctx, cls: pd.DataFrame, dense: pd.DataFrame, numbers: dict, ba
     if not long.empty:
         long = long.assign(source="ours")
         sections.append(("CLS degradation ×100 on the sketch domain",
-                         pivot(pd.concat([long[long["part"] == "cls"], paper], ignore_index=True),
+                         pivot(labelled(pd.concat([long[long["part"] == "cls"], paper], ignore_index=True)),
                                ["source", "model", "method"])))
         dsub = long[long["part"] == "dense"]
         if not dsub.empty:
             sections.append(("Dense additional SILog ×100 on the sketch domain, per schedule",
-                             pivot(dsub, ["model", "schedule", "method"])))
+                             pivot(labelled(dsub), ["model", "schedule", "method"])))
     write(ctx, "second_domain", pd.concat([long, paper], ignore_index=True), sections,
           "The second domain (line-drawing renders, the ImageNet-Sketch role, App. G), beside the paper's CLIP "
           "ViT-B/16 on ImageNet-Sketch.")
@@ -220,9 +252,10 @@ def baselines(ctx, cls: pd.DataFrame, dense: pd.DataFrame, base_res: int) -> Non
     long = effects(ordered(pd.concat(parts, ignore_index=True))) if parts else pd.DataFrame()
     sections = []
     if not long.empty:
-        sections.append(("Every method, lower is better", pivot(long, ["part", "model", "schedule", "method"])))
+        sections.append(("Every method, lower is better",
+                         pivot(labelled(long), ["part", "model", "schedule", "method"])))
         sections.append((f"Importance vs each baseline, paired by image\n\n{COMPARED}.",
-                         comparison(long, ["part", "model", "schedule"])))
+                         comparison(labelled(long), ["part", "model", "schedule"])))
     write(ctx, "baselines", long, sections,
           "Table 12: every baseline (random, ToMe scoring, EViT, ToMe merging) against importance at the base "
           "setting. The paper: importance best or tied with EViT at every ratio; both beat ToMe scoring.")
@@ -239,7 +272,7 @@ def accuracy(ctx, cls: pd.DataFrame, summaries: list[dict], numbers: dict, base_
                           for m, v in (("unpruned", knn["unpruned"]), ("importance", knn["importance_eta_0_5"]),
                                        ("tome_score", knn["tome_eta_0_5"]))])
     both = pd.concat([long, unpruned, paper], ignore_index=True)
-    sections = [("Weighted k-NN top-1 of the CLS embedding", pivot(both, ["model", "method"]))] \
+    sections = [("Weighted k-NN top-1 of the CLS embedding", pivot(labelled(both), ["model", "method"]))] \
         if not long.empty else []
     write(ctx, "accuracy", both, sections,
           "k-NN top-1 accuracy after token reduction (App. H; the paper: 0.66–0.68 for every method and ratio, "
@@ -252,9 +285,9 @@ def speed(ctx, paths: list[Path], numbers: dict) -> None:
     if not long.empty:
         long = ordered(long)
         sections.append(("Wall-clock speedup against the unpruned model (× , higher is faster)",
-                         pivot(long, ["model", "resolution", "schedule", "method"], "speedup")))
+                         pivot(labelled(long), ["model", "resolution", "schedule", "method"], "speedup")))
         sections.append(("Theoretical FLOPs saved (share of the unpruned model's)",
-                         pivot(long, ["model", "resolution", "schedule", "method"], "flops_saved")))
+                         pivot(labelled(long), ["model", "resolution", "schedule", "method"], "flops_saved")))
     s = numbers["speed"]
     write(ctx, "speed", long, sections,
           f"Cost of pruning, scoring and reinsertion included, batch of "
@@ -294,13 +327,13 @@ def degradation_figure(ctx, cls: pd.DataFrame, dense: pd.DataFrame, numbers: dic
         for method in METHOD_ORDER:
             m, style = sub[sub["method"] == method].sort_values("ratio"), STYLE[method]
             if not m.empty:
-                ax.plot(m["ratio"], m["mean"], ms=4, label=f"ours: {method}", **style,
+                ax.plot(m["ratio"], m["mean"], ms=4, label=f"ours: {label(method)}", **style,
                         lw=2.2 if method == "importance" else 1.2)
                 ax.fill_between(m["ratio"], m["ci_low"], m["ci_high"], color=style["color"], alpha=0.15)
             pm = paper[paper["method"] == method] if paper is not None else pd.DataFrame()
             if not pm.empty:
                 ax.plot(pm["ratio"], pm["mean"], **{**PAPER, "color": style["color"]}, marker="*", ms=6,
-                        label=f"paper ({pm['model'].iloc[0]}): {method}")
+                        label=f"paper ({pm['model'].iloc[0]}): {label(method)}")
         if "CLS" in ylabel and (sub["mean"] > 0).any():   # spans orders of magnitude; η = 0 (no change) masked
             ax.set_yscale("log", nonpositive="mask")
             shown = pd.concat([sub["mean"], paper["mean"] if paper is not None else pd.Series(dtype=float)])
@@ -332,8 +365,8 @@ def maps_figure(ctx, summaries: list[dict], numbers: dict) -> None:
                 axes[i][j].imshow(np.asarray(ex[key][j]).reshape(rows, cols), cmap="magma")
                 axes[i][j].set_title(f"ρ = {ex['rho'][key][j]:.2f}", fontsize=8)
             axes[3][j].imshow(np.asarray(ex["depth"][j]), cmap="viridis_r")
-        for i, label in enumerate(("input", f"importance (L{ex['layer']})", "ToMe score", "depth")):
-            axes[i][0].set_ylabel(label, fontsize=9)
+        for i, name in enumerate(("input", f"importance (L{ex['layer']})", label("tome_score"), "depth")):
+            axes[i][0].set_ylabel(name, fontsize=9)
     for ax in axes.ravel():
         ax.set_xticks([])
         ax.set_yticks([])

@@ -16,6 +16,7 @@ import yaml
 from taskgeom.artifacts.atomic import write_text
 from taskgeom.artifacts.provenance import split_header
 from taskgeom.artifacts.tables import read_table, signed
+from taskgeom.evaluate.shortfalls import Shortfalls, annotate, shortfalls
 from taskgeom.pipeline.registry import STAGES
 from taskgeom.pipeline.runtime import StageContext
 
@@ -208,8 +209,17 @@ def speed_block(path: Path, rel: str) -> list[str]:
             "change from run to run, and this report is byte-identical between runs, so it does not copy them.", ""]
 
 
+def table_block(path: Path, found: Shortfalls) -> list[str]:
+    """A CSV as a Markdown table, its probe names marked with the zoo's shortfalls that apply to
+    them (``evaluate.shortfalls``) and each mark's footnote below it."""
+    table, notes = annotate(read_table(path), found)
+    return [table.to_markdown(index=False, floatfmt=".4g") if len(table) else NO_ROWS, "",
+            *(line for note in notes for line in (note, ""))]
+
+
 def render(ctx: StageContext) -> str:
     numbers = yaml.safe_load(ctx.inputs["paper_numbers"].read_text())
+    found = shortfalls(ctx.params, read_table(ctx.inputs["zoo_table"]))
     report_dir = ctx.outputs["report"].parent
     figs, shown = figures(report_dir), set()
     out = ["# taskgeom results", "",
@@ -224,8 +234,7 @@ def render(ctx: StageContext) -> str:
         elif section.pivots:
             out += [split_header(Path(path).with_suffix(".md").read_text(), ".md")[1], ""]
         else:
-            table = read_table(path)
-            out += [table.to_markdown(index=False, floatfmt=".4g") if len(table) else NO_ROWS, ""]
+            out += table_block(path, found)
         paper = section.paper(numbers) if section.paper else ""
         if paper.strip():
             out += ["**Paper (Bond et al.):**" + ("\n\n" if paper.startswith("|") else " ") + paper, ""]
