@@ -12,7 +12,8 @@ Every failing item of a claim gets one of three kinds, by a rule fixed per claim
 - ``CONTRARY`` "tested and contrary": the run measured the opposite, beyond its uncertainty.
 
 The claim's kind is the commonest among its failing items (ties: contrary, then too small,
-then untestable), and its phrase the first such item's measurement. The thresholds are constants of this module, fixed before any run is read:
+then untestable), and its phrase the first such item's measurement. The thresholds are constants
+of this module, fixed before any run is read:
 
 - ``AGREE``: per-image ρ between the spectral and the block-norm target from which no head can
   rank one target's tokens better than the other's;

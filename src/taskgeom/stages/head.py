@@ -56,6 +56,30 @@ def per_image_rows(head: str, quantity: str, seed: int | None, rho: np.ndarray) 
                          "image": np.arange(len(rho)), "value": rho})
 
 
+def position_floor(train: TargetFile, key: str, images: int, truth: np.ndarray) -> np.ndarray:
+    """The floor a head must beat to use the image at all: each test image's ρ when scored by the
+    mean training target of its token slot (position alone).
+
+    Args:
+        train: the training targets.
+        key: the target's dataset.
+        images: the training images the head sees (the first ones).
+        truth: (images, tokens) the test images' targets.
+
+    Returns:
+        (test images,) ρ.
+    """
+    mean_map = train.read((key,), slice(0, images))[key].mean(axis=0)
+    return rho_per_image(np.broadcast_to(mean_map, truth.shape), truth)
+
+
+def agreement_of(test: TargetFile, power_iters: int) -> np.ndarray:
+    """Each test image's ρ between its spectral target (at q = ``power_iters``) and its block-norm target."""
+    spectral = target_key("spectral", test, power_iters)
+    both = test.read((spectral, "block_norm"))
+    return targets_agreement(both[spectral], both["block_norm"])
+
+
 def write_dvc_files(ctx: StageContext, summary: dict, rho_mean_map: float, curves: list[dict]) -> None:
     """Spearman ρ on the held-out images, means over seeds, beside its floors (a DVC metric); the
     training loss, mean over seeds (a DVC plot)."""
@@ -74,13 +98,8 @@ def run(ctx: StageContext) -> None:
         raise ValueError(f"learn.heads.{name}.train_images: {cfg['train_images']} requested, {train.path} holds "
                          f"{train.num_items}")
     truth = {s: f.read((key,))[key] for s, f in (("val", val), ("test", test))}
-    # the floor a head must beat to use the image at all: every test image scored by the mean
-    # training target of its token slot (position alone)
-    mean_map = train.read((key,), slice(0, cfg["train_images"]))[key].mean(axis=0)
-    rho_mean_map = rho_per_image(np.broadcast_to(mean_map, truth["test"].shape), truth["test"])
-    spectral_key = target_key("spectral", test, ctx.params["learn"]["targets"]["power_iters"])
-    both = test.read((spectral_key, "block_norm"))
-    agreement = targets_agreement(both[spectral_key], both["block_norm"])
+    rho_mean_map = position_floor(train, key, cfg["train_images"], truth["test"])
+    agreement = agreement_of(test, ctx.params["learn"]["targets"]["power_iters"])
     exact_truth = (test.read(("exact/importance",))["exact/importance"]
                    if test.exact and cfg["target"] == "spectral" else None)
     score = lambda model, F: model(F)
