@@ -20,9 +20,10 @@ of this module, fixed before any run is read:
 - ``POSITION``: share of a target's rank variance explained by the token slot from which a head
   has nothing beyond position to learn (``metric.target_agreement``);
 - ``CUT``: the factor q = 2 must cut the q = 0 error by (the claim's own rule). Subspace iteration
-  shrinks the tangent of the largest principal angle by g² per iteration, g = σ_{r+1}/σ_r (Golub
-  & Van Loan, *Matrix Computations*, §8.2.4; Halko, Martinsson & Tropp 2011, §4.5), so the error
-  1 − alignment ≈ tan²θ by g⁸ from q = 0 to q = 2: where g⁸ > CUT the spectrum cannot show it;
+  with a block of l = r + p vectors shrinks the tangent of the largest principal angle to the
+  top-r subspace by g² per iteration, g = σ_{l+1}/σ_r (Halko, Martinsson & Tropp 2011, §10.4;
+  Gu 2015), so the error 1 − alignment ≈ tan²θ by g⁸ from q = 0 to q = 2: where g⁸ > CUT the
+  spectrum cannot show it (g from the power table's ``gap``, an upper estimate σ_l/σ_r);
 - the detectable difference of a paired test by image: (z_{1−α/2} + z_{power})·sd/√n with sd the
   standard deviation of the per-image differences, α = ``ALPHA`` and power ``POWER`` (the paired
   t-test's; Wilcoxon's asymptotic efficiency against it is 3/π ≈ 0.95 for normal differences).
@@ -162,9 +163,9 @@ def power_iteration(t: Tables, ctx: Context) -> Reason:
         if not r.error_q0 > 1e-6 or r.error_q2 <= r.error_q0 / 2:
             continue
         gap = getattr(r, "gap", math.nan)
-        text = (f"{r.probe}: {r.error_q0:.3g} → {r.error_q2:.3g}, σ_(r+1)/σ_r {gap:.3g} allows a cut to "
+        text = (f"{r.probe}: {r.error_q0:.3g} → {r.error_q2:.3g}, gap σ_(r+p)/σ_r {gap:.3g} allows a cut to "
                 f"{gap ** 8:.2g} of it")
-        items.append((UNTESTABLE if gap ** 8 > CUT else CONTRARY, text, f"{r.probe}: σ_(r+1)/σ_r {gap:.3g}"))
+        items.append((UNTESTABLE if gap ** 8 > CUT else CONTRARY, text, f"{r.probe}: gap {gap:.3g}"))
     return combine(items)
 
 

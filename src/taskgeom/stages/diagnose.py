@@ -56,18 +56,21 @@ def power_errors(probe: Probe, r: int, qs: list[int], reference: Tensor | None, 
                  seed: int) -> dict[str, float]:
     """1 − alignment of randomized_svd's top-r modes at each q (key ``q<q>``) with the reference
     modes (N·D, r); without a dense reference, with randomized_svd at ``reference_q`` (a different
-    seed). Also the spectral gap ratio σ_{r+1}/σ_r (key ``gap``) from the Ritz values of the
-    largest q: power iteration shrinks the tangent of the largest principal angle by that ratio
-    squared per iteration (Golub & Van Loan §8.2.4), so a gap near 1 leaves it little to cut. Where
-    J's rank is below r (σ_r ≤ 1e-6·σ_1) there is no gap at r and the ratio is taken as 1."""
+    seed). Also the gap ratio that sets how fast power iteration converges (key ``gap``): with a
+    block of l = r + POWER_OVERSAMPLE vectors, the tangent of the angle to the top-r subspace
+    shrinks by (σ_{l+1}/σ_r)² per iteration (Halko, Martinsson & Tropp 2011, §10.4; Gu 2015); the
+    ratio σ_l/σ_r of the Ritz values at the largest q bounds it from above. A sketch cut short by
+    J's shape holds J's whole range (σ_{l+1} = 0); where J's rank is below r (σ_r ≤ 1e-6·σ_1)
+    the top-r subspace is not defined and the ratio is taken as 1."""
     op = JacobianOperator(probe.f, probe.F)
     if reference is None:
         reference = randomized_svd(op, r, POWER_OVERSAMPLE, reference_q, seed=seed + 1).V
     k = min(r, reference.shape[1])
     sketches = {q: randomized_svd(op, r, POWER_OVERSAMPLE, q, seed=seed) for q in qs}
-    ritz = sketches[max(qs)].ritz
-    gap = (float("nan") if len(ritz) <= r else float(ritz[r] / ritz[r - 1]) if ritz[r - 1] > 1e-6 * ritz[0]
-           else 1.0)
+    ritz = sketches[max(qs)].ritz.double()
+    sigma_r = float(ritz[r - 1]) if len(ritz) >= r else 0.0
+    tail = float(ritz[-1]) if len(ritz) >= r + POWER_OVERSAMPLE else 0.0
+    gap = tail / sigma_r if sigma_r > 1e-6 * float(ritz[0]) else 1.0
     return {**{f"q{q}": 1.0 - subspace_alignment(reference[:, :k], sk.V[:, :k]) for q, sk in sketches.items()},
             "gap": gap}
 

@@ -4,7 +4,7 @@
   architecture it calls for, with the paper's Table 1 rows beside ours (and the regime our rule
   gives the paper's own numbers).
 - power_iterations: subspace-alignment error of randomized power iteration at each q (App. C.3),
-  with the mean spectral gap ratio σ_{r+1}/σ_r of its images (gap);
+  with the mean gap ratio σ_{r+p}/σ_r of its images' sketches (gap, ``stages.diagnose.power_errors``);
 - output_metric: Euclidean vs SO(3)-aware output metric on the camera head — κ_cap, erank, and the
   Spearman ρ (and top-half overlap) between the two token-importance rankings e_t, per image.
 - accuracy: the matrix-free diagnosis against the dense reference where a probe allows it.
