@@ -97,9 +97,13 @@ def test_soft_merging_is_judged_against_the_best_hard_method():
                 images=64)
     rows = [{**base, "method": "tome", "mean": 1.0},
             {**base, "method": "importance", "mean": 0.8, "p_vs_tome": 0.001, "sd_diff_vs_tome": 0.5},
-            {**base, "method": TOME, "mean": 1.5, "p_vs_tome": 0.001, "sd_diff_vs_tome": 0.5}]
+            {**base, "method": TOME, "mean": 1.5, "p_vs_tome": 0.001, "sd_diff_vs_tome": 0.5},
+            {**base, "method": "random", "mean": 1.2, "p_vs_tome": 0.2, "sd_diff_vs_tome": 0.5}]
     reason = reasons.soft_merging({"prune_schedules": pd.DataFrame(rows)}, CONTEXT)
     assert reason.kind == CONTRARY and "merging − importance Δ +0.2" in reason.items[0]
+    rows[1] |= {"mean": 1.1}  # merging now ahead of importance: the hard method it is not ahead of is random
+    reason = reasons.soft_merging({"prune_schedules": pd.DataFrame(rows)}, CONTEXT)
+    assert reason.kind == TOO_SMALL and "merging − random Δ -0.2" in reason.items[0]
 
 
 def test_the_targets_measurements():
@@ -110,3 +114,15 @@ def test_the_targets_measurements():
     assert position_share(rng.normal(size=(400, 16))) < 0.05  # no slot effect
     assert np.allclose(targets_agreement(by_position, by_position ** 2), 1.0)
     assert np.allclose(targets_agreement(by_position, -by_position), -1.0)
+
+
+def test_the_dense_reason_gives_the_trend_over_every_eta_of_every_schedule():
+    base = dict(model="m", domain="rgb", resolution=64, llf=True, metric="add_silog", method=TOME, images=64,
+                sd_diff_vs_importance=0.8, mean=1.0)
+    rows = [{**base, "schedule": s, "ratio": r, "importance_minus_method": d, "p_vs_importance": p}
+            for s in ("1-stage", "2-stage") for r, d, p in ((0.1, -0.2, 0.04), (0.3, 0.3, 0.01))]
+    reason = reasons.dense_pruning({"prune_schedules": pd.DataFrame(rows)}, CONTEXT)
+    assert [item.split(":")[0] for item in reason.items] == ["m η 0.3"]  # the 2-stage row of η ≥ 0.2
+    assert reason.kind == CONTRARY and len(reason.notes) == 2
+    assert reason.notes[0] == ("m 1-stage, importance − ToMe score by η: 0.1: -0.2 ± 0.2 (p 0.04); "
+                               "0.3: +0.3 ± 0.2 (p 0.01)")

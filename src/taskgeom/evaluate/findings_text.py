@@ -64,7 +64,8 @@ def details(judged: list[tuple[Claim, str, Checks]], table: pd.DataFrame, why: l
                   f"The paper: {theirs or '—'}", ""]
         lines += [f"- {MARK[bool(ok)]} {text}" for text, ok in checks] or ["- no item of this run applies"]
         if reason is not None:
-            lines += ["", f"Why: {reason.cell}.", "", *(f"- {item}" for item in reason.items)]
+            lines += ["", f"Why: {reason.cell}.", "", *(f"- {item}" for item in reason.items),
+                      *(["", *(f"- {note}" for note in reason.notes)] if reason.notes else [])]
         lines.append("")
     return lines
 

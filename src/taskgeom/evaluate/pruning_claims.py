@@ -64,7 +64,7 @@ def cls_merging(t: Tables, _) -> Judged:
 DENSE_PAPER = "geometric ahead of ToMe only at η ≥ 0.20"
 
 
-def _base(table: pd.DataFrame) -> pd.DataFrame:
+def base_rows(table: pd.DataFrame) -> pd.DataFrame:
     """Rows of added SILog at the first domain and the base resolution, LLF on."""
     rows = table[(table["llf"].astype(str) == "True") & (table["metric"] == "add_silog")]
     return rows[(rows["resolution"] == table["resolution"].min()) & (rows["domain"] == table["domain"].iloc[0])]
@@ -72,7 +72,7 @@ def _base(table: pd.DataFrame) -> pd.DataFrame:
 
 def dense_rows(t: Tables) -> pd.DataFrame:
     """ToMe's score rows, 2-stage with LLF, η ≥ 0.2, first domain, base resolution."""
-    rows = _base(t["prune_schedules"])
+    rows = base_rows(t["prune_schedules"])
     return rows[(rows["schedule"] == "2-stage") & (rows["method"] == TOME) & (rows["ratio"] >= 0.2)]
 
 
@@ -112,7 +112,7 @@ def resolution_transfer(t: Tables, _) -> Judged:
 def hard_rows(t: Tables) -> pd.DataFrame:
     """The hard reductions' rows (``HARD``, with p_vs_tome) of every schedule with LLF, η > 0,
     first domain, base resolution, where the same setting has a ToMe-merging row."""
-    rows = _base(t["prune_schedules"])
+    rows = base_rows(t["prune_schedules"])
     rows = rows[rows["ratio"] > 0]
     merged = rows[rows["method"] == MERGING]
     keys = ["model", "schedule", "ratio"]

@@ -68,10 +68,12 @@ class Context:
 
 @dataclass(frozen=True)
 class Reason:
-    """Why a claim does not hold: its kind, one short phrase, and a sentence per failing item."""
+    """Why a claim does not hold: its kind, one short phrase, a sentence per failing item, and
+    notes on the items around them (e.g. the trend over η)."""
     kind: str
     short: str
     items: tuple[str, ...]
+    notes: tuple[str, ...] = ()
 
     @property
     def cell(self) -> str:
@@ -282,19 +284,47 @@ def _pruning(select: Callable[[Tables], pd.DataFrame], label: Callable) -> Calla
     return reason
 
 
+def trend(t: Tables) -> tuple[str, ...]:
+    """Importance − ToMe's score at every η > 0 of every schedule with LLF (first domain, base
+    resolution), each with its normal 95% interval: where the sign turns over η, the trend.
+
+    Args:
+        t: the run's tables (``prune_schedules``).
+
+    Returns:
+        One line per (model, schedule).
+    """
+    rows = pc.base_rows(t["prune_schedules"])
+    rows = rows[(rows["method"] == pc.TOME) & (rows["ratio"] > 0)]
+    z = stats.norm.ppf(1 - ALPHA / 2)
+    return tuple(f"{model} {schedule}, importance − ToMe score by η: " + "; ".join(
+        f"{r.ratio:g}: {r.importance_minus_method:+.3g} ± {z * r.sd_diff_vs_importance / math.sqrt(r.images):.2g} "
+        f"(p {r.p_vs_importance:.2g})" for r in group.itertuples())
+        for (model, schedule), group in rows.groupby(["model", "schedule"], sort=False))
+
+
 cls_merging = _pruning(pc.cls_rows, lambda r: f"{r.model} η {r.ratio:g}")
-dense_pruning = _pruning(pc.dense_rows, lambda r: f"{r.model} η {r.ratio:g}")
+_dense = _pruning(pc.dense_rows, lambda r: f"{r.model} η {r.ratio:g}")
+
+
+def dense_pruning(t: Tables, ctx: Context) -> Reason:
+    """``_pruning`` on the dense claim's rows, with the ``trend`` of every schedule as notes."""
+    reason = _dense(t, ctx)
+    return Reason(reason.kind, reason.short, reason.items, trend(t))
+
+
 resolution_transfer = _pruning(pc.resolution_rows, lambda r: f"{r.model} {r.resolution}px {r.schedule} η {r.ratio:g}")
 
 
 def soft_merging(t: Tables, _ctx: Context) -> Reason:
-    """Per (model, schedule, η) where ToMe's merging is not ahead of every hard reduction: the
-    hard method it is measured against is the best one; ``paired`` on merging − it."""
+    """Per (model, schedule, η) where ToMe's merging is not ahead of every hard reduction:
+    ``paired`` on merging − the best of the hard methods it is not ahead of."""
     items = []
     for (model, schedule, ratio), rows in pc.hard_rows(t).groupby(["model", "schedule", "ratio"], sort=False):
-        if ((rows["merging_mean"] < rows["mean"]) & (rows["p_vs_tome"] < ALPHA)).all():
+        behind = rows[~((rows["merging_mean"] < rows["mean"]) & (rows["p_vs_tome"] < ALPHA))]
+        if behind.empty:
             continue
-        best = rows.loc[rows["mean"].idxmin()]
+        best = behind.loc[behind["mean"].idxmin()]
         kind, figures, phrase = paired(best["merging_mean"] - best["mean"], best["sd_diff_vs_tome"],
                                        int(best["images"]), best["p_vs_tome"])
         items.append((kind, f"{model} {schedule} η {ratio:g}: merging − {best['method']} {figures}",
