@@ -275,8 +275,7 @@ STAGES: tuple[Stage, ...] = (
         metrics=("headline",),
         plots={"degradation_plot": degradation("additional SILog (first schedule, LLF)")},
         params=("prune.dense.{dense}", *source_params("dense", "rgb", "sketch"), *PRUNE_SETTINGS, "learn.bootstrap",
-                "learn.probes", "learn.targets.power_iters",
-                "device"),
+                "learn.probes", "learn.targets.power_iters", "device"),
         wildcard="dense",
         foreach="prune.dense",
         keyed=True,
@@ -374,7 +373,8 @@ STAGES: tuple[Stage, ...] = (
             "paper_numbers": "references/paper_numbers.yaml",
         },
         outs={"report": "results/REPORT.md"},
-        params=("profile", "zoo", "vae", "diagnose", "learn.probes"), seconds=1,  # evaluate/shortfalls.py
+        params=("profile", "zoo", "vae", "diagnose.probes", "diagnose.estimator", "diagnose.regimes",
+                "learn.probes"), seconds=1,  # evaluate/shortfalls.py
     ),
 )
 
