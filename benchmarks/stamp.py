@@ -36,7 +36,8 @@ def code_stamp() -> tuple[str, str]:
         commit, tree = stamp.split()
         return commit, tree
     commit = git("rev-parse", "--short=12", "HEAD").strip()
-    changes = git("status", "--porcelain", "--", ".", f":(exclude){OUTPUTS}").strip()
+    # dvc.lock is a run's record of its outputs, written by the run a benchmark measures
+    changes = git("status", "--porcelain", "--", ".", f":(exclude){OUTPUTS}", ":(exclude)dvc.lock").strip()
     return commit, "dirty" if changes else "clean"
 
 

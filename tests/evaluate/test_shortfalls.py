@@ -1,11 +1,12 @@
-"""The report's shortfall marks: the multi-view model's pose beside every probe that reads it, and
-each Table 1 regime that differs from the paper's with its figures against the rule's thresholds."""
+"""The report's shortfall marks: the multi-view model's pose beside every probe that reads it, each
+Table 1 regime that differs from the paper's with its figures against the rule's thresholds, and
+each figure an order of magnitude from the paper's in the same regime."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from taskgeom.evaluate.shortfalls import MULTIVIEW_MARK, REGIME_MARK, annotate, shortfalls
+from taskgeom.evaluate.shortfalls import MULTIVIEW_MARK, REGIME_MARK, SCALE_MARK, annotate, shortfalls
 
 PARAMS = {
     "zoo": {"tiny-trunk": {"kind": "trunk"}, "tiny-mv": {"kind": "multiview"}},
@@ -41,13 +42,15 @@ def table1() -> pd.DataFrame:
 
 def test_table1_marks_the_regime_that_differs_and_every_multiview_probe():
     marked, notes = annotate(table1(), shortfalls(PARAMS, zoo(29.06, 31.04)))
-    assert list(marked["probe"]) == ["dpt-depth-l4", f"dpt-depth-l4-room {REGIME_MARK}",
+    assert list(marked["probe"]) == [f"dpt-depth-l4 {SCALE_MARK}", f"dpt-depth-l4-room {REGIME_MARK}",
                                      f"mv-camera-l7 {MULTIVIEW_MARK}", f"mv-camera-l7-so3 {MULTIVIEW_MARK}",
                                      "depth-anything-v2 dpt-depth", "vggt camera"]
     assert notes == [
         f"{REGIME_MARK} dpt-depth-l4-room: marginal-kappa-high-cv, the paper's dpt-depth probe low-rank-delocalized. "
         "κ_cap(20) 0.85 < kappa_high 0.9, CV 1.2 ≥ cv_high 1, erank 12 ≤ erank_rich·r = 100, r_0.90 11 ≤ 100 "
         "(`taskgeom.diagnostics.regime`).",
+        f"{SCALE_MARK} dpt-depth-l4: token CV 0.5, 17× the paper's dpt-depth 0.03, in the same regime "
+        "(low-rank-delocalized).",
         f"{MULTIVIEW_MARK} read from tiny-mv, whose relative rotation error is 29.1° against 31.0° for the trivial "
         "prediction (zoo table): it has not learned relative pose; `benchmarks/mv_pose_difficulty.py` measures why."]
 
@@ -69,6 +72,7 @@ def test_no_mark_where_nothing_falls_short():
     learned = shortfalls(PARAMS, zoo(10.0, 31.0))     # under half the trivial error: relative pose learned
     table = table1()
     table = table[table["probe"] != "dpt-depth-l4-room"]
+    table.loc[table["probe"] == "dpt-depth-l4", "cv"] = 0.29   # under 10× the paper's 0.03: no scale mark
     marked, notes = annotate(table, learned)
     assert notes == [] and list(marked["probe"]) == list(table["probe"])
     zoo_rows = zoo(40.0, 40.0)

@@ -4,6 +4,9 @@ Two marks on a table's probe names, each explained by one footnote line under th
 - ``MULTIVIEW_MARK``: the probe reads a multi-view model that has not learned relative pose, i.e.
   whose relative rotation error (the zoo table's ``POSE_METRIC``) is at least
   ``POSE_LEARNED_BELOW`` times the trivial prediction's (the training set's mean pose);
+- ``SCALE_MARK``: a Table 1 row in its counterpart's regime whose token CV or effective rank is
+  at least ``SCALE`` times, or at most 1/``SCALE`` of, the counterpart's (an order of magnitude:
+  the same regime reached on other figures, as the depth probes' CV against Depth-Anything-V2's);
 - ``REGIME_MARK``: a Table 1 row whose regime differs from its counterpart's in the paper
   (``evaluate.findings.PAPER_PROBE``), with its κ_cap(r), CV, erank and r_0.90 against the
   thresholds the run gave ``diagnostics.regime`` (``diagnose.regimes``: kappa_high, cv_high,
@@ -20,6 +23,9 @@ from taskgeom.evaluate.findings import PAPER_PROBE
 
 MULTIVIEW_MARK = "†"
 REGIME_MARK = "‡"
+SCALE_MARK = "§"
+SCALE = 10.0
+SCALE_AXES = (("cv", "token CV"), ("erank", "erank"))
 POSE_METRIC = "rot_err_deg"
 POSE_LEARNED_BELOW = 0.5   # rotation error below this share of the trivial prediction's: relative pose learned
 NAME_COLUMNS = ("probe", "probes", "vae")   # the column that names a row's probe, first present
@@ -145,15 +151,38 @@ def regime_rows(table: pd.DataFrame, s: Shortfalls) -> tuple[list[bool], list[st
     return rows, notes
 
 
+def scale_rows(table: pd.DataFrame, s: Shortfalls) -> tuple[list[bool], list[str]]:
+    """Which of our Euclidean-output Table 1 rows share their counterpart's regime with a
+    ``SCALE_AXES`` figure an order of magnitude from the counterpart's, and a note per such row."""
+    if not REGIME_COLUMNS <= set(table):
+        return [False] * len(table), []
+    paper = {r.decoder: r for r in table[~ours(table)].itertuples()}
+    rows, notes = [], []
+    for row in table.itertuples():
+        theirs = paper.get(PAPER_PROBE.get((row.model in s.multiview, row.decoder)))
+        far = [] if (row.source == "paper" or row.metric != "euclidean" or theirs is None
+                     or str(row.regime) != str(theirs.regime).split(" (")[0]) else [
+            (label, getattr(row, col), getattr(theirs, col)) for col, label in SCALE_AXES
+            if getattr(theirs, col) > 0 and not 1 / SCALE < getattr(row, col) / getattr(theirs, col) < SCALE]
+        rows.append(bool(far))
+        if far:
+            notes.append(f"{SCALE_MARK} {row.probe}: " + ", ".join(
+                f"{label} {mine:.3g}, {mine / other:.2g}× the paper's {theirs.decoder} {other:.3g}"
+                for label, mine, other in far) + f", in the same regime ({row.regime}).")
+    return rows, notes
+
+
 def annotate(table: pd.DataFrame, s: Shortfalls) -> tuple[pd.DataFrame, list[str]]:
-    """``table`` with ``REGIME_MARK`` and ``MULTIVIEW_MARK`` after the probe names they apply to
-    (the first of ``NAME_COLUMNS`` present), and the footnote lines: regime notes, then the
-    multi-view models' notes."""
+    """``table`` with ``REGIME_MARK``, ``SCALE_MARK`` and ``MULTIVIEW_MARK`` after the probe names
+    they apply to (the first of ``NAME_COLUMNS`` present), and the footnote lines: regime notes,
+    scale notes, then the multi-view models' notes."""
     column = next((c for c in NAME_COLUMNS if c in table), None)
     if column is None or table.empty:
         return table, []
     regimes, regime_notes = regime_rows(table, s)
+    scales, scale_notes = scale_rows(table, s)
     views, pose_notes = multiview_rows(table, column, s)
-    names = [" ".join([str(name), *([REGIME_MARK] if g else []), *([MULTIVIEW_MARK] if v else [])])
-             for name, g, v in zip(table[column], regimes, views)]
-    return table.assign(**{column: names}), [*regime_notes, *pose_notes]
+    names = [" ".join([str(name), *([REGIME_MARK] if g else []), *([SCALE_MARK] if c else []),
+                       *([MULTIVIEW_MARK] if v else [])])
+             for name, g, c, v in zip(table[column], regimes, scales, views)]
+    return table.assign(**{column: names}), [*regime_notes, *scale_notes, *pose_notes]
