@@ -68,6 +68,8 @@ def test_the_stamp_is_dirty_with_a_changed_or_new_file_and_not_for_benchmark_out
                           text=True, check=True).stdout.strip()
     stamp.write_stamped(tree / stamp.OUTPUTS, "old", pd.DataFrame({"a": [1, 2]}), "# old")
     assert stamp.code_stamp() == (head, "clean")
+    (tree / "dvc.lock").write_text("schema: '2.0'\n")  # the measured run's record of its outputs
+    assert stamp.code_stamp() == (head, "clean")
     (tree / "new.py").write_text("")
     assert stamp.code_stamp() == (head, "dirty")
     (tree / "new.py").unlink()
