@@ -35,9 +35,9 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import pandas as pd
-from scipy import stats
 
 from taskgeom.evaluate import pruning_claims as pc
 from taskgeom.evaluate.claim import ALPHA, PAPER_PROBE, Tables, interval, rows_of
@@ -49,7 +49,8 @@ AGREE = 0.9
 POSITION = 0.9
 CUT = 0.5
 POWER = 0.8
-DETECT_Z = float(stats.norm.ppf(1 - ALPHA / 2) + stats.norm.ppf(POWER))
+Z_ALPHA = NormalDist().inv_cdf(1 - ALPHA / 2)  # the two-sided test's and a 95% interval's quantile
+DETECT_Z = Z_ALPHA + NormalDist().inv_cdf(POWER)
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,7 @@ def paired(diff: float, sd: float, n: int, p: float) -> tuple[str, str, str]:
         (kind, "Δ d [lo, hi], detectable |Δ| ≥ m at n images, p p", a short phrase).
     """
     se = sd / math.sqrt(n) if n > 0 else math.nan
-    half = stats.norm.ppf(1 - ALPHA / 2) * se
+    half = Z_ALPHA * se
     floor = 2.0 ** (1 - n)
     if floor >= ALPHA:
         return (UNTESTABLE, f"Δ {diff:+.3g}, p {p:.2g}: at {n} images the paired test's smallest p is {floor:.2g}",
@@ -296,9 +297,8 @@ def trend(t: Tables) -> tuple[str, ...]:
     """
     rows = pc.base_rows(t["prune_schedules"])
     rows = rows[(rows["method"] == pc.TOME) & (rows["ratio"] > 0)]
-    z = stats.norm.ppf(1 - ALPHA / 2)
     return tuple(f"{model} {schedule}, importance − ToMe score by η: " + "; ".join(
-        f"{r.ratio:g}: {r.importance_minus_method:+.3g} ± {z * r.sd_diff_vs_importance / math.sqrt(r.images):.2g} "
+        f"{r.ratio:g}: {r.importance_minus_method:+.3g} ± {Z_ALPHA * r.sd_diff_vs_importance / r.images ** 0.5:.2g} "
         f"(p {r.p_vs_importance:.2g})" for r in group.itertuples())
         for (model, schedule), group in rows.groupby(["model", "schedule"], sort=False))
 
