@@ -98,3 +98,15 @@ def rows_of(df: pd.DataFrame, who: str, column: str = "source") -> pd.DataFrame:
         Those rows.
     """
     return df[df[column] == who]
+
+
+def is_multiview(spec: dict) -> bool:
+    """Whether a zoo entry reads view groups (the tiny multi-view model, or VGGT).
+
+    Args:
+        spec: the entry's parameters (``zoo.<model>``).
+
+    Returns:
+        Whether it is a multi-view host.
+    """
+    return spec.get("kind") == "multiview" or spec.get("adapter") == "vggt"

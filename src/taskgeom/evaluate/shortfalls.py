@@ -8,7 +8,7 @@ Two marks on a table's probe names, each explained by one footnote line under th
   at least ``SCALE`` times, or at most 1/``SCALE`` of, the counterpart's (an order of magnitude:
   the same regime reached on other figures, as the depth probes' CV against Depth-Anything-V2's);
 - ``REGIME_MARK``: a Table 1 row whose regime differs from its counterpart's in the paper
-  (``evaluate.findings.PAPER_PROBE``), with its κ_cap(r), CV, erank and r_0.90 against the
+  (``evaluate.claim.PAPER_PROBE``), with its κ_cap(r), CV, erank and r_0.90 against the
   thresholds the run gave ``diagnostics.regime`` (``diagnose.regimes``: kappa_high, cv_high,
   erank_rich; the schema requires them, so the report reads the rule the table was made with).
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from taskgeom.evaluate.findings import PAPER_PROBE
+from taskgeom.evaluate.claim import PAPER_PROBE, is_multiview
 
 MULTIVIEW_MARK = "†"
 REGIME_MARK = "‡"
@@ -63,11 +63,6 @@ def hosts(params: dict) -> dict[str, str]:
         kind, _, host = spec["host"].partition("/")
         out[name] = vae.get(host, host) if kind == "vae" else host
     return out
-
-
-def is_multiview(spec: dict) -> bool:
-    """Whether a zoo entry reads view groups (the tiny multi-view model, or VGGT)."""
-    return spec.get("kind") == "multiview" or spec.get("adapter") == "vggt"
 
 
 def unlearned_pose(zoo_table: pd.DataFrame, models: frozenset[str]) -> dict[str, tuple[float, float]]:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from taskgeom.artifacts.atomic import write_text
 from taskgeom.artifacts.tables import read_table, write_table
 from taskgeom.evaluate import findings_text
+from taskgeom.evaluate.claim import is_multiview
 from taskgeom.evaluate.findings import CLAIMS, explain, findings, judge_all
 from taskgeom.evaluate.reasons import Context
 from taskgeom.pipeline.runtime import StageContext
@@ -24,7 +25,7 @@ CAPTION = ("The paper's claims that this run tests: the verdict (holds: every it
 
 def multiview(zoo: dict) -> Callable[[str], bool]:
     """Whether a zoo model reads view groups (the tiny multi-view model, or VGGT)."""
-    return lambda model: zoo.get(model, {}).get("kind") == "multiview" or zoo.get(model, {}).get("adapter") == "vggt"
+    return lambda model: is_multiview(zoo.get(model, {}))
 
 
 def run(ctx: StageContext) -> None:
