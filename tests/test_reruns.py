@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import SMOKE, copy_run, run, run_together
+from conftest import SMOKE, copy_run, run, succeeded, tool_env
+from warm_cli import WarmCLI, ask_together
 
 pytestmark = pytest.mark.pipeline
 
@@ -76,11 +77,14 @@ PERTURB = {  # one change under each params key a stage declares, and the stages
 }
 
 
-def stages_reading_changed_params(repo: Path) -> tuple[set[str], set[str], set[str]]:
+def stages_reading_changed_params(dvc: WarmCLI, snakemake: WarmCLI) -> tuple[set[str], set[str], set[str]]:
     """(DVC's, Snakemake's) stages whose parameters changed, in DVC's stage names, and the
     Snakemake jobs that rerun because an input is newer: Snakemake names only that reason for
-    them, even when their own parameters changed too."""
-    status, dry_run = run_together([["dvc", "status", "--json"], ["snakemake", "-n"]], repo)
+    them, even when their own parameters changed too. ``dvc status --json`` and ``snakemake -n``,
+    asked side by side."""
+    status, dry_run = ask_together([(dvc, ["status", "--json"]), (snakemake, ["-n"])])
+    succeeded(status)
+    succeeded(dry_run)
     dvc = {s.split(":")[-1] for s in json.loads(status.stdout)}
     smk: set[str] = set()
     downstream: set[str] = set()
@@ -100,17 +104,19 @@ def stages_reading_changed_params(repo: Path) -> tuple[set[str], set[str], set[s
 
 
 def test_each_parameter_key_reruns_the_same_stages_in_both_front_ends(smoke: Path):
+    """Each front end asked once per key, by a process that imported it once (tests/warm_cli.py)."""
     params_path = smoke / "params.yaml"
     original = params_path.read_text()
     try:
-        for key, (mutate, expected) in PERTURB.items():
-            params = yaml.safe_load(original)
-            mutate(params)
-            params_path.write_text(yaml.safe_dump(params, sort_keys=False))
-            # DVC's check-params reruns on any edit of params.yaml, by design; its output never changes
-            dvc, smk, downstream = stages_reading_changed_params(smoke)
-            assert dvc - {"check-params"} == expected, f"dvc, {key}"
-            assert smk | (expected & downstream) == expected and smk <= expected, f"snakemake, {key}"
+        with WarmCLI("dvc", smoke, tool_env()) as dvc_cli, WarmCLI("snakemake", smoke, tool_env()) as snakemake_cli:
+            for key, (mutate, expected) in PERTURB.items():
+                params = yaml.safe_load(original)
+                mutate(params)
+                params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+                # DVC's check-params reruns on any edit of params.yaml, by design; its output never changes
+                dvc, smk, downstream = stages_reading_changed_params(dvc_cli, snakemake_cli)
+                assert dvc - {"check-params"} == expected, f"dvc, {key}"
+                assert smk | (expected & downstream) == expected and smk <= expected, f"snakemake, {key}"
     finally:
         params_path.write_text(original)
 

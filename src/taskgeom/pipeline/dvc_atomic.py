@@ -36,6 +36,7 @@ from typing import Any
 
 from taskgeom.artifacts.atomic import atomic_path, leftovers
 from taskgeom.pipeline.dvc_lock_parse import patch_lock_parse
+from taskgeom.pipeline.dvc_params_parse import patch_params_parse
 from taskgeom.pipeline.tools import require
 
 RWLOCK = "rwlock"  # DVC's rwlock file, in its tmp directory (dvc.rwlock.RWLOCK_FILE)
@@ -99,15 +100,19 @@ def atomic_rwlock(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def patch_dvc() -> None:
     """Make every YAML dump of this process's DVC atomic (``modify_yaml`` calls ``_common``'s
-    ``_dump_data``; ``dump_yaml`` the name ``_yaml`` imported from it), and its updates of
-    dvc.lock parse with the safe loader, and its rwlock be written atomically (``rwlock`` looks
-    ``_edit_rwlock`` up in its module at each call). Stops unless DVC is the version these patches
-    were tested with (``tools.require``)."""
+    ``_dump_data``; ``dump_yaml`` the name ``_yaml`` imported from it), its updates of dvc.lock
+    parse with the safe loader, each text of a parameters file parse once (``dvc_params_parse``),
+    and its rwlock be written atomically (``rwlock`` looks ``_edit_rwlock`` up in its module at
+    each call). Stops unless DVC is the version these patches were tested with
+    (``tools.require``). A second call (``main`` run again in one process) changes nothing."""
     require("dvc")
     from dvc import rwlock
     from dvc.utils.serialize import _common, _yaml
 
+    if hasattr(_common._dump_data, "__wrapped__"):
+        return
     patch_lock_parse()
+    patch_params_parse()
     rwlock._edit_rwlock = atomic_rwlock(rwlock._edit_rwlock)
 
     dump = atomic_dump(_common._dump_data)
