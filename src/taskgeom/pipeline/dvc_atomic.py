@@ -6,6 +6,9 @@ dumping the YAML into it (``dvc.utils.serialize._common._dump_data``). A process
 between leaves a truncated dvc.lock, and every later ``dvc`` command and Snakemake run stops on
 "'./dvc.lock' validation failed". Here each such dump is rendered to a string first and written
 through ``atomic_path``: a kill at any moment leaves either the previous file or the new one.
+dvc.lock is rendered one stage entry at a time, each unchanged entry's text kept from this
+process's last dump (``dvc_lock_dump``): the same bytes, without rendering the whole file again
+for every stage that ``dvc repro`` records.
 
 DVC records the paths each running stage reads and writes in ``.dvc/tmp/rwlock``, a JSON file it
 rewrites the same way (truncate, then dump; ``dvc.rwlock._edit_rwlock``) as a stage starts and
@@ -35,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from taskgeom.artifacts.atomic import atomic_path, leftovers
-from taskgeom.pipeline.dvc_lock_parse import patch_lock_parse
+from taskgeom.pipeline.dvc_lock_dump import lock_text
+from taskgeom.pipeline.dvc_lock_parse import LOCK_FILE, patch_lock_parse
 from taskgeom.pipeline.dvc_params_parse import patch_params_parse
 from taskgeom.pipeline.tools import require
 
@@ -44,15 +48,19 @@ RWLOCK = "rwlock"  # DVC's rwlock file, in its tmp directory (dvc.rwlock.RWLOCK_
 
 def atomic_dump(original: Callable[..., Any]) -> Callable[..., Any]:
     """DVC's ``_dump_data(path, data, dumper, fs=None, **dumper_args)`` writing local files
-    atomically; files on another file system go to ``original``."""
+    atomically, dvc.lock through ``lock_text``; files on another file system go to ``original``."""
 
     def dump(path: Any, data: Any, dumper: Callable[..., Any], fs: Any = None, **dumper_args: Any) -> None:
         if fs is not None and "local" not in getattr(fs, "protocol", ("local",)):
             return original(path, data, dumper, fs=fs, **dumper_args)
-        text = io.StringIO()
-        dumper(data, text, **dumper_args)
+        if Path(path).name == LOCK_FILE and not dumper_args:
+            text = lock_text(data, dumper)  # each unchanged stage entry's text kept from the last dump
+        else:
+            out = io.StringIO()
+            dumper(data, out, **dumper_args)
+            text = out.getvalue()
         with atomic_path(Path(path)) as tmp:
-            tmp.write_text(text.getvalue(), encoding="utf-8")
+            tmp.write_text(text, encoding="utf-8")
         return None
 
     dump.__wrapped__ = original  # inspect.signature reports DVC's (tests/test_tools.py)
