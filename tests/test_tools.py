@@ -36,7 +36,7 @@ SIGNATURES = {
         "fs: Optional[ForwardRef('FileSystem')] = None, **dumper_args)",
     "dvc.utils.serialize._yaml:parse_yaml_for_update": "(text, path)",
     "dvc.utils.serialize._yaml:parse_yaml": "(text, path, typ='safe')",
-    "dvc.dependency.param:load_path": "(fs_path, fs, **kwargs)",
+    "dvc.utils.strictyaml:parse_yaml": "(text, path, typ='safe')",
     "dvc.repo:Repo.__init__":
         "(self, root_dir: Optional[str] = None, fs: Optional[ForwardRef('FileSystem')] = None, "
         "rev: Optional[str] = None, subrepos: bool = False, uninitialized: bool = False, "

@@ -40,7 +40,7 @@ from typing import Any
 from taskgeom.artifacts.atomic import atomic_path, leftovers
 from taskgeom.pipeline.dvc_lock_dump import lock_text
 from taskgeom.pipeline.dvc_lock_parse import LOCK_FILE, patch_lock_parse
-from taskgeom.pipeline.dvc_params_parse import patch_params_parse
+from taskgeom.pipeline.dvc_yaml_parse import patch_yaml_parse
 from taskgeom.pipeline.tools import require
 
 RWLOCK = "rwlock"  # DVC's rwlock file, in its tmp directory (dvc.rwlock.RWLOCK_FILE)
@@ -109,7 +109,7 @@ def atomic_rwlock(original: Callable[..., Any]) -> Callable[..., Any]:
 def patch_dvc() -> None:
     """Make every YAML dump of this process's DVC atomic (``modify_yaml`` calls ``_common``'s
     ``_dump_data``; ``dump_yaml`` the name ``_yaml`` imported from it), its updates of dvc.lock
-    parse with the safe loader, each text of a parameters file parse once (``dvc_params_parse``),
+    parse with the safe loader, each text it parses safely parse once (``dvc_yaml_parse``),
     and its rwlock be written atomically (``rwlock`` looks ``_edit_rwlock`` up in its module at
     each call). Stops unless DVC is the version these patches were tested with
     (``tools.require``). A second call (``main`` run again in one process) changes nothing."""
@@ -120,7 +120,7 @@ def patch_dvc() -> None:
     if hasattr(_common._dump_data, "__wrapped__"):
         return
     patch_lock_parse()
-    patch_params_parse()
+    patch_yaml_parse()
     rwlock._edit_rwlock = atomic_rwlock(rwlock._edit_rwlock)
 
     dump = atomic_dump(_common._dump_data)
