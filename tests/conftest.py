@@ -27,6 +27,9 @@ from taskgeom.pipeline.stage import Stage
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SMOKE = yaml.safe_load((REPO / "params/smoke.yaml").read_text())  # the smoke profile's parameters
+# The repositories that tests make with `dvc init` have DVC's usage reports on; each DVC command
+# in them would start a background reporter (a process of its own) that this machine cannot use.
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
 
 def tool_env(warm: bool = True) -> dict[str, str]:
