@@ -10,6 +10,12 @@ its tests; the per-test CPU says which tests that floor is made of.
 
 Writes <out>/suite_cost.{csv,md}. CPU is what the worker's process tree used (SLURM jobs, which
 the cluster's daemons start, are left out), so the SLURM tests show mostly their waiting.
+
+The same run also records every Python process of the environment with its own CPU
+(``suite_cost/suite_cost_processes.py``, through a ``.pth`` file in the environment's
+site-packages for the run's length), and the summary adds them up by kind: a tool and its
+subcommand (``dvc status``, ``taskgeom targets``), Snakemake's SLURM jobs, pytest's workers.
+That says which tool the CPU went to, SLURM jobs and the stage server's forks included.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import resource
 import shlex
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +36,7 @@ import pandas as pd
 from stamp import write_stamped
 
 PLUGIN = Path(__file__).resolve().parent / "suite_cost"
+PROCESSES_ENV = "TASKGEOM_SUITE_PROCESSES"  # suite_cost/suite_cost_processes.py: where each process records
 
 
 def children_cpu() -> float:
@@ -37,20 +45,58 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def record(command: str, records: Path) -> dict[str, float]:
+def record(command: str, records: Path, processes: Path | None = None) -> dict[str, float]:
     """Run ``command`` with the plugin loaded in every pytest process; its wall and CPU seconds
-    and its exit status (a run with failures is summarised too)."""
+    and its exit status (a run with failures is summarised too). With ``processes`` (a folder),
+    every Python process of this environment that the command starts records its own CPU there."""
     addopts = os.environ.get("PYTEST_ADDOPTS", "")
     env = {**os.environ, "TASKGEOM_SUITE_COST": str(records),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGIN), os.environ.get("PYTHONPATH")])),
            "PYTEST_ADDOPTS": addopts if "suite_cost_plugin" in addopts else f"{addopts} -p suite_cost_plugin".strip()}
-    start, cpu = time.monotonic(), children_cpu()
-    returncode = subprocess.run(shlex.split(command), env=env).returncode
-    return {"wall_s": time.monotonic() - start, "cpu_s": children_cpu() - cpu, "returncode": returncode}
+    hook = None
+    if processes is not None:
+        env[PROCESSES_ENV] = str(processes)
+        hook = Path(sysconfig.get_paths()["purelib"]) / f"zz-taskgeom-suite-cost-{os.getpid()}.pth"
+        hook.write_text(f"import os, sys; os.environ.get({PROCESSES_ENV!r}) and "
+                        f"(sys.path.append({str(PLUGIN)!r}), __import__('suite_cost_processes'))\n")
+    try:
+        start, cpu = time.monotonic(), children_cpu()
+        returncode = subprocess.run(shlex.split(command), env=env).returncode
+        return {"wall_s": time.monotonic() - start, "cpu_s": children_cpu() - cpu, "returncode": returncode}
+    finally:
+        if hook is not None:
+            hook.unlink()
 
 
-def summarise(records: Path, totals: dict[str, float] | None, out: Path, label: str) -> pd.DataFrame:
-    """The per-test table (CPU first) and a Markdown summary of it, written under ``out``."""
+def process_kind(argv: list[str]) -> str:
+    """What a recorded process was: its program (a package run with ``-m`` by its name, the dvc
+    launcher as ``dvc``) and, for the tools with subcommands, the first argument that is not an
+    option; Snakemake inside a SLURM job as ``snakemake (SLURM job)``."""
+    program = argv[0] if argv else "?"
+    name = os.path.basename(program)
+    if name == "__main__.py":
+        name = os.path.basename(os.path.dirname(program))
+    name = {"dvc_atomic.py": "dvc", "dvc_commit.py": "dvc commit (taskgeom)", "-c": "python -c"}.get(name, name)
+    if name == "snakemake" and "--target-jobs" in argv:
+        return "snakemake (SLURM job)"
+    if name in ("dvc", "taskgeom", "warm_cli.py"):
+        sub = next((a for a in argv[1:] if not a.startswith("-")), "")
+        return f"{name} {sub}".strip()
+    return name
+
+
+def processes_table(folder: Path) -> pd.DataFrame:
+    """The records under ``folder`` added up by ``process_kind``, most CPU first."""
+    rows = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    frame = pd.DataFrame({"kind": [process_kind(r["argv"]) for r in rows], "cpu_s": [r["cpu_s"] for r in rows]})
+    return (frame.groupby("kind").agg(processes=("cpu_s", "size"), cpu_s=("cpu_s", "sum"))
+            .sort_values("cpu_s", ascending=False))
+
+
+def summarise(records: Path, totals: dict[str, float] | None, out: Path, label: str,
+              processes: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The per-test table (CPU first) and a Markdown summary of it (with ``processes``, the
+    processes by kind), written under ``out``."""
     tests = pd.DataFrame([json.loads(line) for line in records.read_text().splitlines() if line.strip()])
     tests["cpu_s"] = tests["cpu_own_s"] + tests["cpu_children_s"]
     tests["file"] = tests["test"].str.split("::").str[0]
@@ -69,6 +115,11 @@ def summarise(records: Path, totals: dict[str, float] | None, out: Path, label: 
     lines += ["\n## Tests over 10 CPU-s\n", tests[tests.cpu_s > 10][["test", "worker", "start_s", "wall_s", "cpu_s"]]
               .round(1).to_markdown(index=False), "\n## Files\n", files.round(1).to_markdown(),
               "\n## Workers\n", workers.round(1).to_markdown()]
+    if processes is not None:
+        lines += [f"\n## Processes\n\nThe Python processes of the run, each with its own CPU, by kind: "
+                  f"{processes['processes'].sum()} processes, {processes['cpu_s'].sum():.0f} CPU-s in all "
+                  "(what no Python process used, and processes that ended by a signal, left out); "
+                  "kinds over 1 CPU-s.\n", processes[processes.cpu_s > 1].round(1).to_markdown()]
     write_stamped(out, "suite_cost", tests.round(1), "\n".join(lines))
     return tests
 
@@ -83,9 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         tests = summarise(args.records, None, args.out, args.command)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            records = Path(tmp) / "tests.jsonl"
-            totals = record(args.command, records)
-            tests = summarise(records, totals, args.out, args.command)
+            records, processes = Path(tmp) / "tests.jsonl", Path(tmp) / "processes"
+            processes.mkdir()
+            totals = record(args.command, records, processes)
+            tests = summarise(records, totals, args.out, args.command, processes_table(processes))
         print(f"{args.command}: {totals['wall_s']:.0f} s wall, {totals['cpu_s']:.0f} CPU-s, "
               f"exit status {totals['returncode']}")
     print(tests.head(15)[["test", "wall_s", "cpu_s"]].round(1).to_string(index=False))
