@@ -45,6 +45,13 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def hook_path() -> Path:
+    """The ``.pth`` file that this process's ``record`` puts in the environment's site-packages
+    (named by the process: two runs at once, as the suite's own test inside a measured run, each
+    have their own)."""
+    return Path(sysconfig.get_paths()["purelib"]) / f"zz-taskgeom-suite-cost-{os.getpid()}.pth"
+
+
 def record(command: str, records: Path, processes: Path | None = None) -> dict[str, float]:
     """Run ``command`` with the plugin loaded in every pytest process; its wall and CPU seconds
     and its exit status (a run with failures is summarised too). With ``processes`` (a folder),
@@ -56,7 +63,7 @@ def record(command: str, records: Path, processes: Path | None = None) -> dict[s
     hook = None
     if processes is not None:
         env[PROCESSES_ENV] = str(processes)
-        hook = Path(sysconfig.get_paths()["purelib"]) / f"zz-taskgeom-suite-cost-{os.getpid()}.pth"
+        hook = hook_path()
         hook.write_text(f"import os, sys; os.environ.get({PROCESSES_ENV!r}) and "
                         f"(sys.path.append({str(PLUGIN)!r}), __import__('suite_cost_processes'))\n")
     try:

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-import sysconfig
 from pathlib import Path
 
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-from suite_cost import process_kind, processes_table, record, summarise  # noqa: E402
+from suite_cost import hook_path, process_kind, processes_table, record, summarise  # noqa: E402
 
 BUSY = "import time\nt = time.process_time()\nwhile time.process_time() - t < {}: pass\n"
 # a process that outlives its test (as the stage server does), after waiting for a busy child
@@ -54,7 +53,7 @@ def test_each_python_process_records_its_own_cpu_and_the_hook_is_removed(tmp_pat
     table = processes_table(folder)
     assert list(table.index) == ["python -c"] and table.loc["python -c", "processes"] == 2  # the fork too
     assert 0.8 <= table.loc["python -c", "cpu_s"] <= totals["cpu_s"]  # each its own, none twice
-    assert not list(Path(sysconfig.get_paths()["purelib"]).glob("zz-taskgeom-suite-cost-*.pth"))
+    assert not hook_path().exists()
 
 
 def test_a_process_is_named_by_its_tool_and_subcommand():
