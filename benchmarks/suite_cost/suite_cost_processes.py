@@ -1,8 +1,9 @@
 """A record of each Python process's own CPU, for ``benchmarks/suite_cost.py``: imported at start-up
-by every interpreter of the environment (a ``.pth`` file that ``suite_cost.record`` puts in its
-site-packages for one run), it writes, at the process's exit, one JSON file under the folder that
-``TASKGEOM_SUITE_PROCESSES`` names: its argv, its own user + system CPU seconds and its working
-directory. A process that does not have the variable at its exit writes nothing.
+by every interpreter of the environment whose environment names a folder in
+``TASKGEOM_SUITE_PROCESSES`` (a ``.pth`` file that ``suite_cost.record`` puts in the environment's
+site-packages for one run), it writes, at the process's exit, one JSON file in that folder: its
+argv, its own user + system CPU seconds and its working directory. A process whose environment
+lacks the variable at its exit (a command run with another environment) writes nothing.
 
 Each process counts only its own CPU (``RUSAGE_SELF``), so the records add up without counting a
 command twice, and reach where the per-test records cannot: SLURM jobs, which the cluster's
