@@ -6,6 +6,7 @@ mixed input sizes, bf16 weights, parameters requiring grad, fused attention), ag
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from pathlib import Path
@@ -19,6 +20,7 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from taskgeom.artifacts import provenance
+from taskgeom.data.digests import combined
 from taskgeom.diagnostics import diagnose, diagnose_exact
 from taskgeom.inspection.hosts import Unsupported, as_host, with_linear
 from taskgeom.inspection.inputs import hf_transform, image_files, read_rgb, timm_transform
@@ -26,6 +28,7 @@ from taskgeom.inspection.run import inspect_model
 from taskgeom.models.adapters.hf_any import load_hf
 from taskgeom.models.adapters.timm_any import build_timm
 from taskgeom.models.host import run_decoder
+from taskgeom.pipeline import cli
 from taskgeom.probes import ProbeMap
 
 SMALL = dict(depth=3, embed_dim=32, num_heads=2)
@@ -87,6 +90,30 @@ def test_command_line_on_a_timm_model_with_local_weights(folder, tmp_path):
         assert s["low"] <= s["mean"] <= s["high"] <= 1.0 and probe["regime"] in probe["reading"]
     assert provenance.read(out / "inspect.json")["stage"] == "inspect"
     assert provenance.read(out / "inspect.png")["params"]["timm"] == "deit_tiny_distilled_patch16_224"
+    digests = record["provenance"]["input"]["sha256"]
+    assert digests["weights"]["sha256"] == sha256(weights)
+    assert digests["images"]["files"] == {name: sha256(folder / name) for name in record["images"]}
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_provenance_ties_the_reading_to_its_exact_inputs(hf_dirs, folder, tmp_path, monkeypatch):
+    """inspect.json records the sha256 of every image it read and of every file of the --hf
+    directory, each set also as one digest over its sorted (name, sha256) lines."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    assert cli.main(["inspect", "--hf", str(hf_dirs["vit"]), "--images", str(folder), "--max-images", "2",
+                     "--r", "4", "--num-probes", "8", "--layers", "2", "--out", str(out)]) == 0
+    digests = provenance.read(out / "inspect.json")["input"]["sha256"]
+    images = {"alpha.png": sha256(folder / "alpha.png"), "nested/cmyk.jpg": sha256(folder / "nested" / "cmyk.jpg")}
+    assert digests["images"] == {"files": images, "sha256": combined(images)}
+    files = {p.name: sha256(p) for p in hf_dirs["vit"].iterdir()}
+    assert {"config.json", "model.safetensors", "preprocessor_config.json"} <= set(files)
+    assert digests["hf"] == {"path": str(hf_dirs["vit"]), "files": files, "sha256": combined(files)}
 
 
 @pytest.mark.parametrize("name, kwargs, prefix", [
@@ -225,6 +252,6 @@ def test_what_it_cannot_probe_is_refused_in_one_line():
             inspect_model(model, [torch.randn(3, 32, 32)])
         message = str(err.value)
         assert "\n" not in message and "supported are" in message and "diagnose(f, F)" in message
-    with pytest.raises(Unsupported, match="decoder 'depth'"):
+    with pytest.raises(Unsupported, match="^--decoder depth: this model's decoders are cls, logits$"):
         inspect_model(build_timm("deit_small_patch16_224", img_size=32, **SMALL), [torch.randn(3, 32, 32)],
                       decoder="depth")

@@ -43,6 +43,8 @@ How ``diagnose`` spends its products (b = ``block``, default r; q = ``power_iter
    the basis the deep tail is counted from the quadrature nodes (``_r90_from_density``).
    ``r90_source``: "exact" for an exact sketch, "sketch" when the Ritz values alone reach 0.90,
    else "slq".
+4. Ceilings — J has rank at most min(M, N·D), which bounds erank and r_0.90 (``within_rank``); a
+   stochastic estimate beyond its bound is clamped to it, and ``Diagnosis.clamped`` names it.
 
 ``tests/test_diagnostics.py`` checks ``diagnose`` against ``diagnose_exact`` on planted spectra and
 zoo probes; ``benchmarks/diagnose_cost.py`` measures its cost in forward-equivalents and its errors
@@ -96,6 +98,7 @@ class Diagnosis:
         r90_source: "exact", "sketch" or "slq" (see the module docstring).
         exact: every value is exact (the dense reference, or a sketch that read J whole).
         budget: products by stage: "sketch", "slq", "trace" (``diagnose``) or "dense".
+        clamped: the estimates clamped to their ceiling (``within_rank``): "erank", "r90", both or none.
     """
 
     kappa_cap: float
@@ -114,6 +117,15 @@ class Diagnosis:
     r90_source: str = "exact"
     exact: bool = False
     budget: dict[str, int] = field(default_factory=dict)
+    clamped: tuple[str, ...] = ()
+
+
+def within_rank(erank: float, r90: int, ceiling: int) -> tuple[float, int, tuple[str, ...]]:
+    """(erank, r_0.90, the names of those clamped) within what rank J = k ≤ ``ceiling`` = min(M, N·D) allows:
+    erank ≤ k, r_0.90 ≤ ⌈0.90·k⌉ (the largest ⌈0.90·k⌉ of k eigenvalues hold ≥ 0.90 of their sum)."""
+    top = (float(ceiling), max(1, math.ceil(R90_LEVEL * ceiling - 1e-9)))
+    clamped = tuple(name for name, value, bound in zip(("erank", "r90"), (erank, r90), top) if value > bound)
+    return min(erank, top[0]), min(r90, top[1]), clamped
 
 
 def _summaries(sigma: Tensor, V: Tensor, frob2: float, N: int, D: int) -> dict:
@@ -324,12 +336,13 @@ def diagnose_operator(op: JacobianOperator, r: int = 20, num_probes: int = 100, 
         traced = trace_probes
     erank = math.exp(entropy_from_traces(frob2, glogg)) if frob2 > 0 else 0.0
     r90, source = _r90_from_density(ritz2, tail, density, frob2)
+    erank, r90, clamped = within_rank(erank, r90, min(op.out_dim, N * D))
     if sk.exact:
         source = "exact"
     out = _summaries(sk.sigma, sk.V, frob2, N, D)
     return Diagnosis(frob2=frob2, erank=erank, r90=r90, products=op.products - jvps0 - vjps0,
                      jvps=op.jvps - jvps0, vjps=op.vjps - vjps0, r90_source=source, exact=sk.exact,
-                     power_iters=sk.power_iters,
+                     power_iters=sk.power_iters, clamped=clamped,
                      budget={"sketch": sk.products, "slq": tail.products if tail else 0, "trace": traced}, **out)
 
 

@@ -1,5 +1,6 @@
 """What ``inspect`` shows and writes: a terminal table (one row per probed layer: mean and
-bootstrap interval of κ_cap(r), erank, r_0.90 and token CV, the regime), the JSON (settings,
+bootstrap interval of κ_cap(r), erank, r_0.90 and token CV, the regime; then token CV's
+definition, ``DEFINITIONS``, and a note for each estimate clamped to its ceiling), the JSON (settings,
 per-image rows, κ_cap curves and spectra, aggregates, regime, reading, provenance) and a figure:
 κ_cap(1..r) and σ_i² / ‖J‖_F² per layer, the mean over images with the per-image curves faint.
 Files are written atomically; the JSON holds its provenance under ``"provenance"``, the PNG in
@@ -20,6 +21,27 @@ from taskgeom.inspection.run import Inspection
 
 COLUMNS = (("kappa_cap", "κ_cap(r)", "{:.3f}"), ("erank", "erank", "{:.1f}"), ("r90", "r_0.90", "{:.1f}"),
            ("cv", "token CV", "{:.2f}"))
+DEFINITIONS = {
+    "kappa_cap": "κ_cap(r) = Σ_{i≤r} σ_i² / ‖J‖_F², σ_i the singular values of J = ∂f/∂F",
+    "erank": "erank = exp(−Σ p_i log p_i), p_i = σ_i² / ‖J‖_F²",
+    "r90": "r_0.90 = the smallest r with κ_cap(r) ≥ 0.90",
+    "cv": "token CV = std_t(e_t) / mean_t(e_t) over the N tokens, e_t = Σ_{i≤r} σ_i² ‖V_{t,i}‖² the rank-r token "
+          "energy (V_{t,i}: token t's block of the i-th right singular vector), not the full per-token ‖J_t‖_F²",
+}
+
+
+def clamp_notes(ins: Inspection) -> list[str]:
+    """One line per layer where ``diagnose`` clamped an estimate to its ceiling min(M, N·D)."""
+    notes = []
+    for res in ins.results:
+        for key, label in (("erank", "erank"), ("r90", "r_0.90")):
+            hit = [row for row in res.rows if key in row.get("clamped", ())]
+            if hit:
+                ceilings = sorted({row["ceiling"] for row in hit})
+                notes.append(f"layer {res.layer}: {label} clamped on {len(hit)} of {len(res.rows)} image(s) to what "
+                             f"rank J ≤ min(M, N·D) = {'/'.join(map(str, ceilings))} allows (the stochastic "
+                             f"estimate exceeded it; diagnostics.within_rank)")
+    return notes
 
 
 def readings(ins: Inspection, model: str, adapter: str | None = None) -> list[str]:
@@ -45,14 +67,17 @@ def table(ins: Inspection, model: str) -> str:
     which = "default: a middle and a late block" if ins.default_layers else "as asked"
     title = (f"{model}: decoder {ins.decoder}, layers {ins.layers} of {ins.num_blocks} blocks ({which}); "
              f"r = {ins.settings['r']}, {n} image(s), mean [95% bootstrap interval]")
-    return "\n".join([title, line(head), line(["-" * w for w in widths]), *map(line, rows)])
+    notes = ["* " + n for n in clamp_notes(ins)]
+    return "\n".join([title, line(head), line(["-" * w for w in widths]), *map(line, rows), DEFINITIONS["cv"],
+                      *notes])
 
 
 def per_image(ins: Inspection) -> str:
-    """Every image's values at every layer, one line each."""
+    """Every image's values at every layer, one line each; * marks a value clamped to its ceiling."""
     head = ["image", "size", "layer", *[label for _, label, _ in COLUMNS]]
     rows = [[row["image"], f"{row['height']}×{row['width']}", str(res.layer),
-             *[fmt.format(row[key]) for key, _, fmt in COLUMNS]] for i in range(len(ins.names))
+             *[fmt.format(row[key]) + ("*" if key in row.get("clamped", ()) else "") for key, _, fmt in COLUMNS]]
+            for i in range(len(ins.names))
             for res in ins.results for row in [res.rows[i]]]
     widths = [max(len(r[k]) for r in [head, *rows]) for k in range(len(head))]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
@@ -68,7 +93,7 @@ def as_json(ins: Inspection, model: str, provenance: dict, adapter: str | None =
               for res, text in zip(ins.results, texts)]
     record = {"model": model, "decoder": ins.decoder, "layers": ins.layers, "default_layers": ins.default_layers,
               "num_blocks": ins.num_blocks, "settings": ins.settings, "images": ins.names, "probes": layers,
-              "provenance": provenance}
+              "definitions": DEFINITIONS, "notes": clamp_notes(ins), "provenance": provenance}
     return json.loads(json.dumps(record, default=float))
 
 

@@ -8,6 +8,8 @@ std, percentile bootstrap interval of the mean), and the means sort the probe in
 (``diagnostics.regime``, its default thresholds; M the smallest output size seen).
 The host is frozen while it runs; a module the caller passed in gets back its parameters'
 requires_grad and its train/eval mode (its dtype stays float32). Nothing returned requires grad.
+Each row records the ceiling min(M, N·D) on the rank of J and which estimates ``diagnose``
+clamped to it (``diagnostics.within_rank``).
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ from torch import Tensor, nn
 from taskgeom.diagnostics import REGIMES, diagnose, regime
 from taskgeom.evaluate.stats import summarize
 from taskgeom.inspection.hosts import (
+    Unsupported,
     as_host,
     default_decoder,
     default_layers,
     requires_grad_flags,
     restore_flags,
-    unsupported,
 )
 from taskgeom.models.host import ProbeHost
 from taskgeom.probes import ProbeMap
@@ -74,7 +76,8 @@ def _one(pm: ProbeMap, image: Tensor, name: str, index: int, settings: dict) -> 
     N, D = probe.F.shape
     row = {"image": name, "height": int(image.shape[-2]), "width": int(image.shape[-1]), "tokens": int(N),
            "dim": int(D), "output_dim": M, **{k: float(getattr(d, k)) for k in SCALARS},
-           "r90_source": d.r90_source, "seconds": time.perf_counter() - start}
+           "r90_source": d.r90_source, "ceiling": min(M, int(N * D)), "clamped": list(d.clamped),
+           "seconds": time.perf_counter() - start}
     sigma = d.sigma.detach().double().cpu()
     share = (sigma ** 2 / d.frob2).numpy() if d.frob2 > 0 else np.zeros(sigma.numel())
     return row, d.kappa_curve.detach().double().cpu().numpy(), share
@@ -132,7 +135,7 @@ def inspect_model(model: nn.Module | ProbeHost, images: Sequence[Tensor], names:
 def _run(host: ProbeHost, images, names, decoder, layers, settings: dict, bootstrap, progress) -> Inspection:
     decoder = decoder or default_decoder(host)
     if decoder not in host.decoders:
-        raise unsupported(f"decoder {decoder!r}: this model has {list(host.decoders)}")
+        raise Unsupported(f"--decoder {decoder}: this model's decoders are {', '.join(host.decoders)}")
     chosen = sorted(set(layers)) if layers else default_layers(host.num_blocks)
     if chosen[0] < 0 or chosen[-1] >= host.num_blocks:
         raise ValueError(f"--layers {chosen}: the model has blocks 0..{host.num_blocks - 1}")

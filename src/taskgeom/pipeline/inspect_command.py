@@ -7,10 +7,39 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
-TIMM_ADAPTERS = {"vit_base_patch14_dinov2": "dinov2-b14", "vit_base_patch16_clip": "clip-b16"}
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer ≥ 1 (argparse names the flag in its error)."""
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer ≥ 0."""
+    return _int_at_least(text, 0)
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ {low}, got {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ {low}, got {value}")
+    return value
+
+
+def power_iters(text: str) -> int | str:
+    """An argparse type: ``auto`` or an integer ≥ 0 (``diagnostics.diagnose``'s q)."""
+    if text == "auto":
+        return text
+    try:
+        return non_negative_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0 or 'auto', got {text!r}") from None
 
 
 def add_parser(sub) -> None:
@@ -25,44 +54,78 @@ def add_parser(sub) -> None:
     p.add_argument("--weights", metavar="FILE", help="local weights for --timm (.safetensors, .pth, .bin)")
     p.add_argument("--model-args", nargs="+", default=[], metavar="KEY=VALUE",
                    help="--timm: timm.create_model arguments, e.g. num_classes=10 depth=6 (values read as YAML)")
-    p.add_argument("--input-size", type=int, metavar="S",
-                   help="--timm: square input side (default: the size the model is built for)")
+    p.add_argument("--input-size", type=positive_int, metavar="S",
+                   help="--timm: square input side, a multiple of the patch size (default: the size the model is "
+                        "built for)")
     p.add_argument("--images", required=True, metavar="DIR", help="a folder of images, read recursively")
-    p.add_argument("--max-images", type=int, default=20, metavar="N", help="the first N images, sorted (default 20)")
+    p.add_argument("--max-images", type=positive_int, default=20, metavar="N",
+                   help="the first N images, sorted (default 20)")
     p.add_argument("--decoder", help="cls, logits, depth or linear (default: the model's own head)")
     p.add_argument("--linear", metavar="FILE", help="a linear head (safetensors: weight (K, D), bias (K,)) on the "
                                                     "pooled embedding, as decoder 'linear'")
-    p.add_argument("--layers", type=int, nargs="+", metavar="L", help="blocks to probe (default: a middle and a late)")
-    p.add_argument("--r", type=int, default=20, help="rank budget r (default 20)")
-    p.add_argument("--num-probes", type=int, default=100, help="most SLQ starts (default 100)")
-    p.add_argument("--power-iters", default="2", help="power iterations q, or 'auto' (default 2)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.add_argument("--layers", type=non_negative_int, nargs="+", metavar="L",
+                   help="blocks to probe (default: a middle and a late)")
+    p.add_argument("--r", type=positive_int, default=20, help="rank budget r (default 20)")
+    p.add_argument("--num-probes", type=non_negative_int, default=100, help="most SLQ starts (default 100)")
+    p.add_argument("--power-iters", type=power_iters, default=2, help="power iterations q, or 'auto' (default 2)")
+    p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("--threads", type=non_negative_int, default=0, help="torch threads (default 0: torch's)")
     p.add_argument("--per-image", action="store_true", help="also print every image's values")
     p.add_argument("--out", default="inspect", metavar="DIR", help="where inspect.json and inspect.png go")
     p.set_defaults(func=run)
 
 
 def _load(args: argparse.Namespace):
-    """(model, its transform, the preprocessing config, the zoo adapter it matches or None)."""
+    """(model, its transform, the preprocessing config, the zoo adapter it is or None)."""
     if args.timm:
         from taskgeom.inspection.inputs import timm_transform
-        from taskgeom.models.adapters.timm_any import build_timm
+        from taskgeom.inspection.zoo import timm_adapter
 
-        model = build_timm(args.timm, args.weights, **_model_args(args.model_args))
+        model = _build_timm(args.timm, args.weights, args.model_args)
         transform, cfg = timm_transform(model, args.input_size)
-        adapter = next((a for prefix, a in TIMM_ADAPTERS.items() if args.timm.startswith(prefix)), None)
-        return model, transform, cfg, adapter
+        return model, transform, cfg, timm_adapter(model)
     if args.weights or args.input_size or args.model_args:
         raise ValueError("--weights, --model-args and --input-size go with --timm; an --hf directory holds its "
                          "weights and its image processor")
     from taskgeom.inspection.inputs import hf_transform
+    from taskgeom.inspection.zoo import hf_adapter
     from taskgeom.models.adapters.hf_any import load_hf
 
     model = load_hf(args.hf)
     transform, cfg = hf_transform(args.hf)
-    adapter = "depth-anything-v2" if model.config.model_type == "depth_anything" else None
-    return model, transform, cfg, adapter
+    return model, transform, cfg, hf_adapter(model)
+
+
+def _build_timm(name: str, weights: str | None, pairs: list[str]):
+    """``build_timm`` with the --model-args; what timm refuses becomes one line naming --model-args
+    (an unknown key with the keys the model's class accepts)."""
+    from taskgeom.models.adapters.timm_any import build_timm
+
+    kwargs = _model_args(pairs)
+    try:
+        return build_timm(name, weights, **kwargs)
+    except TypeError as exc:
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        if unknown:
+            raise ValueError(f"--model-args {unknown.group(1)}=…: timm's {name!r} takes no argument "
+                             f"{unknown.group(1)!r}; it takes {', '.join(_accepted(name))}") from None
+        raise ValueError(f"--model-args {' '.join(pairs)}: timm cannot build {name!r} with them ({exc})") from None
+    except (AssertionError, RuntimeError) as exc:
+        raise ValueError(f"--model-args {' '.join(pairs) or '(none)'}: timm cannot build {name!r} with them "
+                         f"({exc or type(exc).__name__})") from None
+
+
+def _accepted(name: str) -> list[str]:
+    """The keyword arguments of the class timm builds for ``name`` (built on the meta device)."""
+    import inspect
+
+    import timm
+    import torch
+
+    with torch.device("meta"):
+        model = timm.create_model(name, pretrained=False)
+    skip = {"self", "device", "dtype", "kwargs", "args"}
+    return [k for k in inspect.signature(type(model).__init__).parameters if k not in skip]
 
 
 def _model_args(pairs: list[str]) -> dict:
@@ -74,11 +137,34 @@ def _model_args(pairs: list[str]) -> dict:
         key, sep, value = pair.partition("=")
         if not sep or not key.isidentifier():
             raise ValueError(f"--model-args {pair!r}: expected KEY=VALUE")
-        out[key] = yaml.safe_load(value)
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"--model-args {pair!r}: the value is not YAML ({' '.join(str(exc).split())})") from None
     return out
 
 
-def _provenance(args: argparse.Namespace, files: list[Path], cfg: dict) -> dict:
+def _digests(args: argparse.Namespace, files: list[Path], names: list[str]) -> dict:
+    """sha256 of what the reading rests on: each image (by its name under --images) and their
+    ``data.digests.combined`` digest, the --weights file, every file of the --hf directory (by its
+    path in it) with their combined digest, and the --linear file."""
+    from taskgeom.data.digests import Digests, combined, walk_files
+
+    with Digests() as d:
+        images = {name: d.file_sha256(f) for name, f in zip(names, files)}
+        out = {"images": {"sha256": combined(images), "files": images}}
+        if args.weights:
+            out["weights"] = {"path": args.weights, "sha256": d.file_sha256(Path(args.weights).expanduser())}
+        if args.hf:
+            root = Path(args.hf).expanduser()
+            hf = {p.relative_to(root).as_posix(): d.file_sha256(p) for p in walk_files(root)}
+            out["hf"] = {"path": args.hf, "sha256": combined(hf), "files": hf}
+        if args.linear:
+            out["linear"] = {"path": args.linear, "sha256": d.file_sha256(Path(args.linear).expanduser())}
+    return out
+
+
+def _provenance(args: argparse.Namespace, files: list[Path], names: list[str], cfg: dict) -> dict:
     import json
 
     from taskgeom.pipeline.runtime import code_version, machine
@@ -87,7 +173,7 @@ def _provenance(args: argparse.Namespace, files: list[Path], cfg: dict) -> dict:
     settings = {k: v for k, v in vars(args).items() if k not in ("func", "command")}
     return {"stage": "inspect", "code_version": code_version(), "params": settings, "device": "cpu",
             "machine": machine("cpu"), "input": {"images": args.images, "files": [str(f) for f in files],
-                                                 "preprocess": cfg}}
+                                                 "preprocess": cfg, "sha256": _digests(args, files, names)}}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,20 +199,19 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    power_iters = args.power_iters if args.power_iters == "auto" else int(args.power_iters)
     files = image_files(args.images, args.max_images)
     model, transform, cfg, adapter = _load(args)
     host = as_host(model)
     if args.linear:
         host = with_linear(host, args.linear)
-    root = Path(args.images)
+    root = Path(args.images).expanduser()
     images = [transform(read_rgb(f)) for f in files]
     names = [str(f.relative_to(root)) for f in files]
     ins = inspect_model(host, images, names, decoder=args.decoder or ("linear" if args.linear else None),
-                        layers=args.layers, r=args.r, num_probes=args.num_probes, power_iters=power_iters,
+                        layers=args.layers, r=args.r, num_probes=args.num_probes, power_iters=args.power_iters,
                         seed=args.seed, progress=lambda it: tqdm(it, desc="inspect", unit="image", file=sys.stderr))
     label = args.timm or str(Path(args.hf).name)
-    record = output.write(ins, label, args.out, _provenance(args, files, cfg), adapter)
+    record = output.write(ins, label, args.out, _provenance(args, files, names, cfg), adapter)
     print(output.table(ins, label))
     if args.per_image:
         print("\n" + output.per_image(ins))
