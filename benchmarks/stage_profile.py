@@ -5,14 +5,21 @@ I/O, figures, rendering, JVP / VJP / backward, optimizer, statistics, forward, o
 The sampler is ``benchmarks/stage_profile/sitecustomize.py``: with that folder on PYTHONPATH and
 ``TASKGEOM_PROFILE`` set, every ``taskgeom <stage>`` process samples its own main thread's stack and
 writes ``logs/profile/<stage>~<item>.<pid>.json`` when it ends. ``--run`` starts the run that
-way (``snakemake --cores N --keep-going`` in RUN_DIR, on whatever params.yaml holds there);
-without it, the records already in RUN_DIR are summarised.
+way (``snakemake --cores N --keep-going`` in RUN_DIR, on whatever params.yaml holds there),
+timing it from start to end and keeping that time in ``RUN_DIR/logs/profile_run.json``
+(``RUN_RECORD``); without it, the records already in RUN_DIR are summarised.
+
+Two times head the report, each on its own line: the run's elapsed (wall-clock) time, start to
+end of ``snakemake``, from ``RUN_RECORD``, or "not recorded" when no ``--run`` of this script
+wrote one or a job's benchmark record is newer than its end (jobs ran again since); and the
+jobs' wall times added up, each job in full, also while others ran beside it.
 
     python benchmarks/stage_profile.py RUN_DIR [--run] [--cores 2] [--out results/benchmarks] [--name default_run]
 
 Writes <out>/<name>_profile.csv (a row per job: wall and CPU seconds, peak RSS, each category's
-share) and <out>/<name>_profile.md (jobs by wall time, each category's seconds as its share of
-the job's wall time, totals per category, and the package frames where most time went).
+share) and <out>/<name>_profile.md (the two times above; jobs by wall time, each category's
+seconds as its share of the job's wall time, totals per category, and the package frames where
+most time went).
 """
 
 from __future__ import annotations
@@ -34,15 +41,44 @@ from sitecustomize import CATEGORIES  # noqa: E402  (the sampler's categories, i
 from stamp import write_stamped  # noqa: E402
 
 COLUMNS = [name for name, _ in CATEGORIES] + ["other"]
+RUN_RECORD = Path("logs") / "profile_run.json"  # under RUN_DIR: the last --run's elapsed seconds and end
 
 
 def run(run_dir: Path, cores: int) -> float:
-    """Run the DAG in ``run_dir`` with every stage command sampled; returns the wall seconds."""
+    """Run the DAG in ``run_dir`` with every stage command sampled; returns the elapsed (wall-clock)
+    seconds, also written to ``RUN_RECORD`` with the run's end (Unix time) and command."""
     env = {**os.environ, "TASKGEOM_PROFILE": str(run_dir / "logs" / "profile"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(HOOK), os.environ.get("PYTHONPATH")]))}
+    command = ["snakemake", "--cores", str(cores), "--keep-going"]
     start = time.perf_counter()
-    subprocess.run(["snakemake", "--cores", str(cores), "--keep-going"], cwd=run_dir, env=env, check=False)
-    return time.perf_counter() - start
+    subprocess.run(command, cwd=run_dir, env=env, check=False)
+    elapsed = time.perf_counter() - start
+    (run_dir / RUN_RECORD).parent.mkdir(parents=True, exist_ok=True)
+    (run_dir / RUN_RECORD).write_text(json.dumps({"elapsed_s": elapsed, "ended": time.time(), "command": command}))
+    return elapsed
+
+
+def recorded_run(run_dir: Path) -> tuple[float, list[str]] | None:
+    """(elapsed seconds, command) of the last ``--run`` in ``run_dir``, if it is the run the benchmark
+    records come from: none when there is no ``RUN_RECORD`` or a record is newer than the run's end."""
+    path = run_dir / RUN_RECORD
+    if not path.is_file():
+        return None
+    rec = json.loads(path.read_text())
+    newest = max((p.stat().st_mtime for p in (run_dir / "logs" / "benchmarks").rglob("*.tsv")), default=0.0)
+    return (float(rec["elapsed_s"]), rec["command"]) if newest <= rec["ended"] else None
+
+
+def times_head(run_dir: Path, table: pd.DataFrame, sampled: int) -> str:
+    """The report's first lines: the run's elapsed time and the jobs' summed wall time, apart."""
+    recorded = recorded_run(run_dir)
+    elapsed = ("not recorded (no `--run` of this script wrote these records, or jobs ran again since)"
+               if recorded is None else
+               f"the run took {recorded[0]:.0f} s, from start to end of `{' '.join(recorded[1])}`")
+    return (f"- Elapsed (wall-clock): {elapsed}.\n"
+            f"- Summed job wall time: {table['wall_s'].sum():.0f} s over {len(table)} jobs, {sampled} of them "
+            "sampled; each job counts in full, also while others ran beside it.\n\n"
+            f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores.")
 
 
 def benchmarks(run_dir: Path) -> pd.DataFrame:
@@ -84,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="default_run")
     args = ap.parse_args(argv)
     run_dir = args.run_dir.resolve()
-    elapsed = run(run_dir, args.cores) if args.run else None
+    if args.run:
+        run(run_dir, args.cores)
     jobs = benchmarks(run_dir)
     if jobs.empty:
         raise SystemExit(f"{run_dir}/logs/benchmarks: no benchmark records; run the DAG there first")
@@ -100,9 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     stage = seconds.assign(stage=seconds["job"].str.split("~").str[0]).groupby("stage")["wall_s"].agg(["sum", "count"])
     top = pd.DataFrame(frames.most_common(25), columns=["category | innermost package frame", "s"]).round(0)
     inner = pd.DataFrame(leaves.most_common(25), columns=["innermost frame", "s"]).round(0)
-    head = (f"{len(table)} jobs, {int(sampled.sum())} of them sampled; the jobs' wall time adds to "
-            f"{table['wall_s'].sum():.0f} s" + (f"; the run took {elapsed:.0f} s" if elapsed else "") +
-            f". {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores.")
+    head = times_head(run_dir, table, int(sampled.sum()))
     write_stamped(
         args.out, f"{args.name}_profile", table.round(4),
         f"# Where the {args.name.replace('_', ' ')}'s time goes\n\n{head}\n\n"
@@ -112,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{totals.round(0).to_frame('s').to_markdown()}\n\n## Wall time per stage (s)\n\n"
         f"{stage.sort_values('sum', ascending=False).round(0).to_markdown()}\n\n"
         f"## Where the time went\n\n{top.to_markdown(index=False)}\n\n{inner.to_markdown(index=False)}\n")
-    print(seconds.head(25).to_string(index=False))
+    print(f"{head}\n\n{seconds.head(25).to_string(index=False)}")
     return 0
 
 

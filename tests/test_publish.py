@@ -42,3 +42,33 @@ def test_outputs_deleted_before_a_rerun_are_back_while_it_runs_and_after_it_fail
     with staged_outputs(outputs, KEPT) as staged:
         write_text(staged["table"], "third")
     assert Path("results/t.csv").read_text() == "third" and (KEPT / "results/t.csv").samefile("results/t.csv")
+
+
+def test_a_kept_link_shares_the_outputs_inode_so_in_place_damage_reaches_it_and_a_rename_does_not(
+        tmp_path: Path, monkeypatch):
+    """The kept link is the output's own file (publish.py): a write into the output changes it, and
+    the front end's deletion then brings the damaged file back; a file renamed over the output
+    leaves it with the published bytes."""
+    monkeypatch.chdir(tmp_path)
+    outputs = {"table": Path("results/t.csv")}
+    with staged_outputs(outputs, KEPT) as staged:
+        write_text(staged["table"], "published")
+    with open("results/t.csv", "r+") as fh:   # damage in place: truncated, then overwritten
+        fh.truncate(3)
+        fh.write("damaged")
+    assert (KEPT / "results/t.csv").read_text() == "damaged"
+    Path("results/t.csv").unlink()   # as a front end does before it reruns the stage
+    with pytest.raises(RuntimeError), staged_outputs(outputs, KEPT):
+        assert Path("results/t.csv").read_text() == "damaged"
+        raise RuntimeError("the stage failed")
+
+    with staged_outputs(outputs, KEPT) as staged:
+        write_text(staged["table"], "published again")
+    Path("results/other.csv").write_text("replacement")
+    Path("results/other.csv").replace("results/t.csv")   # replaced by rename: a new inode at the name
+    assert (KEPT / "results/t.csv").read_text() == "published again"
+    Path("results/t.csv").unlink()
+    with pytest.raises(RuntimeError), staged_outputs(outputs, KEPT):
+        assert Path("results/t.csv").read_text() == "published again"
+        raise RuntimeError("the stage failed")
+    assert Path("results/t.csv").read_text() == "published again"

@@ -16,6 +16,14 @@ under ``.taskgeom/published/<path>`` (``KEPT``; nothing is copied) and, once it 
 lock, puts back any output that is missing from there before it runs: until a run replaces them
 as a set, the last published outputs are in place, and a run that fails leaves them there.
 (Snakemake removes a failed job's outputs again when the command has exited: ``docs/failures.md``.)
+
+A kept link is the output's own inode, not a copy. It survives the output being unlinked, or
+replaced by another file renamed over its name; but a write into the output itself (truncated,
+overwritten or appended to in place) changes the kept link with it, and once a front end deletes
+the damaged output, ``restore`` puts the damaged file back. ``restore`` fills in only missing
+outputs: one that is present is left as it is, whatever it holds. What keeps the published bytes
+apart from the workspace is DVC's cache (its own copy, at DVC's default cache types ``reflink``
+and ``copy``), restored with ``dvc checkout --force STAGE@ITEM``.
 """
 
 from __future__ import annotations
