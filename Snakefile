@@ -12,12 +12,24 @@ sys.path.insert(0, f"{workflow.basedir}/src")  # this checkout's registry, whate
 
 from taskgeom.pipeline import config as taskgeom_config
 from taskgeom.pipeline.dag import snakemake_rule
+from taskgeom.pipeline.external import loops_refusal
 from taskgeom.pipeline.identity import refresh
 from taskgeom.pipeline.registry import final_outputs
 from taskgeom.pipeline.schedule import priorities
-from taskgeom.pipeline.sync import commit_to_dvc, follow_dvc
+from taskgeom.pipeline.sync import commit_to_dvc, follow_dvc, up_to_date_commands
 
 min_version("9.0")
+
+
+# Before Snakemake reads anything, in one line each: a params.yaml that `taskgeom params check` cannot
+# read (config.read: not UTF-8, not YAML, or YAML aliases repeating more nodes than the limit), and
+# a symbolic link loop where the stages write (external.loops_refusal; the environment's `dvc` too)
+try:
+    taskgeom_config.read("params.yaml")
+except taskgeom_config.ParamsError as err:
+    sys.exit(f"taskgeom: error: {err}")
+if loops := loops_refusal():
+    sys.exit(loops)
 
 
 configfile: "params.yaml"
@@ -66,6 +78,12 @@ include: "rules/retrieval.smk"
 include: "rules/report.smk"
 
 
+# Record in dvc.lock what this run brought up to date, so `dvc status` agrees (pipeline/sync.py):
+# after a failed run too, the jobs that succeeded, which the next read of this file would otherwise
+# take for out of date, as dvc.lock has them.
 onsuccess:
-    # Record in dvc.lock what this run brought up to date, so `dvc status` agrees (pipeline/sync.py).
-    commit_to_dvc((job.shellcmd for job in workflow.dag.jobs if job.shellcmd), params=config)
+    commit_to_dvc(up_to_date_commands(workflow.dag), params=config)
+
+
+onerror:
+    commit_to_dvc(up_to_date_commands(workflow.dag), params=config)

@@ -30,13 +30,29 @@ Each fault: what is injected -> the outcome expected.
   Snakemake, an unknown probe or profile (one line listing the valid names), a Snakemake killed
   mid-job -> each works, or says in one line what to do (after a kill: --unlock, then a plain rerun).
 - pull-after-dry-run: a teammate's clone with dvc.lock committed runs `snakemake -n`, then `dvc pull`
-  -> `dvc status` and `snakemake -n` have nothing to rerun.
-- failed-stage: a head's target cache truncated -> Snakemake's job fails in one line naming the file,
+  -> `dvc status` and `snakemake -n` have nothing to rerun. pull-first: the same, pulling first.
+- failed-stage: a head's target cache truncated -> Snakemake's job (its rule alone: both front ends
+  would rerun `targets` first, see damaged-intermediate) fails in one line naming the file,
   and `dvc checkout` puts back the outputs Snakemake removed; `dvc repro -s` fails and keeps them.
 - rejected-params-dvc: an unknown key in params.yaml -> `dvc repro` refuses it by name; once restored,
   `dvc status`, `dvc repro --dry` and `snakemake -n` have nothing to rerun.
 - stage-log-error: a corrupt checkpoint under DVC and Snakemake -> the stage log holds the one-line
   error (no traceback); the outputs are kept (DVC) or put back (`dvc checkout`).
+- alias-bomb: params.yaml's `prune.ratios` made of nested YAML aliases (9**9 numbers expanded) ->
+  `taskgeom params check`, `snakemake -n`, `dvc status` and `dvc repro` each refuse it within a minute
+  in one line naming params.yaml.
+- non-utf8-params: a latin-1 byte in params.yaml -> the same four refuse it in one line naming the
+  byte and its offset.
+- symlink-loop: `data/world/val.h5` made a link to itself -> `snakemake -n`, `dvc status` and `dvc repro
+  --dry` name it in one line with what to do; doing it (`rm`, `dvc checkout --force`) restores the
+  file, with nothing to rerun.
+- dry-run-fresh-clone: `dvc repro --dry` on a git clone of the repository -> it plans every stage and
+  writes no output.
+- empty-link: `taskgeom data link NAME` with an empty PATH, `.` or `/` -> refused in one line; no link.
+- recovery-command: half of the test split as a new file -> `taskgeom sources` refuses it in one line
+  naming the file; the `dvc checkout --force` it prints restores it, with nothing to rerun.
+- stale-params, damaged-world-rerun, damaged-intermediate: the faults between the two front ends,
+  in front_end_faults.py.
 
 Every fault ends by comparing every file under data/ and results/ with its digest before.
 
@@ -49,7 +65,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import re
 import shutil
 import signal
@@ -61,18 +76,18 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+import front_end_faults
 import h5py
 import numpy as np
 import pandas as pd
 import yaml
 from crash_test import digests, leftovers, seconds, write_result
-from fault_tools import first, held, refused, said, sh
-from input_faults import damaged_world, other_size_checkpoint, small_dead_ends, two_setups
+from fault_tools import first, held, in_step, refused, said, sh, up_to_date
+from input_faults import HOSTILE_INPUT, damaged_world, other_size_checkpoint, small_dead_ends, two_setups
 
 from taskgeom.pipeline import config
 from taskgeom.pipeline.registry import STAGES
 from taskgeom.pipeline.stage import resolve
-from taskgeom.pipeline.sync import FOLLOWED
 
 TARGETS, HEAD, DIAGNOSE = (next(s for s in STAGES if s.name == name) for name in ("targets", "head", "diagnose"))
 
@@ -206,21 +221,7 @@ def tampered_package(repo: Path, params: dict) -> tuple[bool, str]:
 # What a failed or refused run leaves, on a teammate's clone and under each front end (docs/failures.md)
 
 
-def in_step(repo: Path) -> None:
-    """Snakemake takes DVC's state afresh: earlier faults wrote files back with new dates, and a
-    Snakemake run since may have recorded only its own jobs."""
-    (repo / FOLLOWED).unlink(missing_ok=True)
-    sh(["snakemake", "-n"], repo)
-
-
-def up_to_date(repo: Path) -> bool:
-    """Whether both front ends have nothing to rerun."""
-    status, dry = sh(["dvc", "status", "--json"], repo), sh(["snakemake", "-n"], repo)
-    return (status.returncode == 0 and json.loads(status.stdout or "{}") == {}
-            and "Nothing to be done" in dry.stdout + dry.stderr)
-
-
-def pull_after_dry_run(repo: Path, params: dict) -> tuple[bool, str]:
+def pull_after_dry_run(repo: Path, params: dict, look_first: bool = True) -> tuple[bool, str]:
     git = ["git", "-c", "user.email=faults@taskgeom", "-c", "user.name=taskgeom"]
     with tempfile.TemporaryDirectory() as tmp:
         clone = Path(tmp) / "clone"
@@ -230,9 +231,11 @@ def pull_after_dry_run(repo: Path, params: dict) -> tuple[bool, str]:
         sh(["git", "add", "params.yaml", "dvc.lock"], clone)
         sh([*git, "commit", "-qm", "lock", "--allow-empty"], clone)
         sh(["dvc", "remote", "add", "-d", "team", str(repo / ".dvc/cache")], clone)   # the cache as a remote
-        looked, pulled = sh(["snakemake", "-n"], clone), sh(["dvc", "pull"], clone)
-        ok = looked.returncode == 0 and pulled.returncode == 0 and up_to_date(clone)
-    return ok, f"snakemake -n, dvc pull rc {pulled.returncode}; then {'nothing to rerun' if ok else 'work planned'}"
+        looked = sh(["snakemake", "-n"], clone) if look_first else None
+        pulled = sh(["dvc", "pull"], clone)
+        ok = (looked is None or looked.returncode == 0) and pulled.returncode == 0 and up_to_date(clone)
+    first_ = "snakemake -n, dvc pull" if look_first else "dvc pull"
+    return ok, f"{first_} rc {pulled.returncode}; then {'nothing to rerun' if ok else 'work planned'}"
 
 
 def stage_error(repo: Path, log: str) -> str:
@@ -248,7 +251,8 @@ def fails_then_restored(repo: Path, address: str, outputs: list[Path], log: str)
     dvc = sh(["dvc", "repro", "-s", address], repo)
     kept = {p: p.read_bytes() if p.exists() else None for p in outputs} == published
     said = stage_error(repo, log)
-    smk = sh(["snakemake", "-c1", str(outputs[0].relative_to(repo))], repo)
+    # its rule alone: both front ends would rerun the maker of a damaged input first (pipeline/sync.py)
+    smk = sh(["snakemake", "-c1", "--allowed-rules", address.split("@")[0], str(outputs[0].relative_to(repo))], repo)
     removed = not any(p.exists() for p in outputs)
     sh(["dvc", "checkout", address], repo)
     back = {p: p.read_bytes() if p.exists() else None for p in outputs} == published
@@ -320,6 +324,11 @@ FAULTS: dict[str, Check] = {
     "failed-stage": failed_stage,
     "rejected-params-dvc": rejected_params_dvc,
     "stage-log-error": stage_log_error,
+    "pull-first": lambda repo, params: pull_after_dry_run(repo, params, look_first=False),
+    "stale-params": front_end_faults.stale_params,
+    "damaged-world-rerun": front_end_faults.damaged_world,
+    "damaged-intermediate": front_end_faults.damaged_intermediate,
+    **HOSTILE_INPUT,   # alias-bomb ... recovery-command (input_faults.py)
 }
 
 

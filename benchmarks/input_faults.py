@@ -1,12 +1,15 @@
 """Faults of inputs and set-up for ``fault_injection.py`` (its docstring says what each injects and
-expects): a damaged world file, two set-ups at once, a paper checkpoint of another size, and the
-names and messages a user meets (stage names under Snakemake, a misspelt key, a killed run)."""
+expects): a damaged world file, two set-ups at once, a paper checkpoint of another size, the
+names and messages a user meets (stage names under Snakemake, a misspelt key, a killed run), and
+hostile input to the front ends (a params.yaml of nested aliases or not in UTF-8, a symbolic link
+loop, a dry run on a fresh clone, an empty link path, the restore command an error line prints)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -156,3 +159,141 @@ def small_dead_ends(repo: Path, params: dict) -> tuple[bool, str]:
     checks["killed"], killed = killed_snakemake(repo, f"data/sources/{source}.json",
                                                 repo / f".taskgeom/locks/sources@{source}.lock")
     return all(checks.values()), f"{sum(checks.values())} of {len(checks)} ({', '.join(checks)}); {killed}"
+
+
+FAST = 60  # s: each refusal takes seconds; expanding a params.yaml's aliases took minutes and gigabytes
+
+
+def refused_fast(cmd: list[str], repo: Path, *names: str) -> tuple[bool, str]:
+    """``cmd`` refused within ``FAST`` seconds in one ``taskgeom: error:`` line holding each of
+    ``names``, with no traceback (the line, or what happened instead)."""
+    try:
+        proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=FAST, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return False, f"{' '.join(cmd)}: still running after {FAST} s"
+    lines = [x for x in (proc.stdout + proc.stderr).splitlines() if x.startswith("taskgeom: error:")]
+    ok = proc.returncode != 0 and len(lines) == 1 and "Traceback" not in proc.stderr
+    ok = ok and all(n in lines[0] for n in names)
+    return ok, f"{' '.join(cmd[:2])}: {lines[0][17:100] if len(lines) == 1 else said(proc)[:100]}"
+
+
+def nothing_to_rerun(repo: Path) -> bool:
+    """Whether ``dvc status`` and ``snakemake -n`` both have nothing to rerun."""
+    status, dry = sh(["dvc", "status", "--json"], repo), sh(["snakemake", "-n"], repo)
+    return (status.returncode == 0 and json.loads(status.stdout or "{}") == {}
+            and "Nothing to be done" in dry.stdout + dry.stderr)
+
+
+def nested_aliases(text: str, levels: int = 9, width: int = 9) -> str:
+    """``text`` with its ``prune.ratios`` list made of nested YAML aliases: ``width ** levels``
+    numbers once expanded, in a few hundred bytes."""
+    rows = [f"&l0 [{', '.join(['0.1'] * width)}]"]
+    rows += [f"&l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels)]
+    return re.sub(r"(?m)^(  ratios:).*$", lambda m: f"{m.group(1)} [{', '.join(rows)}]", text, count=1)
+
+
+def unreadable_params(repo: Path, hostile: bytes, *names: str) -> tuple[bool, str]:
+    """params.yaml replaced by ``hostile``: every front end refuses it at once, naming it."""
+    path = repo / "params.yaml"
+    before = path.read_bytes()
+    path.write_bytes(hostile)
+    try:
+        said_ = [refused_fast(cmd, repo, "params.yaml", *names) for cmd in (
+            ["taskgeom", "params", "check"], ["snakemake", "-n"], ["dvc", "status"], ["dvc", "repro"])]
+    finally:
+        path.write_bytes(before)
+    return all(ok for ok, _ in said_), " | ".join(what for _, what in said_)
+
+
+def alias_bomb(repo: Path, params: dict) -> tuple[bool, str]:
+    hostile = nested_aliases((repo / "params.yaml").read_text()).encode()
+    return unreadable_params(repo, hostile, "YAML aliases", "more than the")
+
+
+def non_utf8_params(repo: Path, params: dict) -> tuple[bool, str]:
+    hostile = (repo / "params.yaml").read_bytes() + "# café\n".encode("latin-1")
+    return unreadable_params(repo, hostile, "not UTF-8 text (byte 0xe9 at offset")
+
+
+def follow_advice(output: str, repo: Path, first: tuple[str, ...] = ("rm", "dvc")) -> list[int]:
+    """Run each command the ``taskgeom: error:`` line of ``output`` names between backticks whose
+    first word is one of ``first``; their exit statuses."""
+    line = next((x for x in output.splitlines() if x.startswith("taskgeom: error:")), "")
+    return [sh(cmd.split(), repo).returncode for cmd in re.findall(r"`([^`]+)`", line) if cmd.split()[0] in first]
+
+
+def symlink_loop(repo: Path, params: dict) -> tuple[bool, str]:
+    val = repo / "data/world/val.h5"
+    before = val.read_bytes()
+    val.unlink()
+    val.symlink_to("val.h5")
+    try:
+        said_ = [refused_fast(cmd, repo, "data/world/val.h5: a symbolic link loop",
+                              "`dvc checkout --force data/world/val.h5`")
+                 for cmd in (["snakemake", "-n"], ["dvc", "status"], ["dvc", "repro", "--dry"])]
+        done = follow_advice(sh(["dvc", "status"], repo).stderr, repo)
+        restored = val.is_file() and not val.is_symlink() and val.read_bytes() == before
+    finally:
+        if val.is_symlink() or not val.exists():
+            val.unlink(missing_ok=True)
+            val.write_bytes(before)
+    clean = nothing_to_rerun(repo)
+    ok = all(ok for ok, _ in said_) and done == [0, 0] and restored and clean
+    return ok, " | ".join(what for _, what in said_) + f"; the advice: rc {done}, " \
+               f"{'restored' if restored else 'not restored'}, {'nothing to rerun' if clean else 'work planned'}"
+
+
+def dry_run_fresh_clone(repo: Path, params: dict) -> tuple[bool, str]:
+    from taskgeom.pipeline.registry import instances
+
+    expected = {"check-params"} | {stage.name for stage, _ in instances(params)}
+    with tempfile.TemporaryDirectory() as tmp:
+        clone = Path(tmp) / "clone"
+        cloned = subprocess.run(["git", "clone", "-q", str(repo), str(clone)], capture_output=True)
+        dry = sh(["dvc", "repro", "--dry"], clone)
+        planned = set(re.findall(r"Running stage '([^'@]+)", dry.stdout))
+        made = sorted(str(p.relative_to(clone)) for top in ("data", "results") for p in (clone / top).rglob("*.h5"))
+    ok = cloned.returncode == 0 and dry.returncode == 0 and planned == expected and not made
+    return ok, f"dvc repro --dry on a clone: rc {dry.returncode}, {len(planned)} of {len(expected)} stages planned" + (
+        f"; {said(dry)[:120]}" if dry.returncode else "")
+
+
+def empty_link(repo: Path, params: dict) -> tuple[bool, str]:
+    name, where = "fault-link", repo / "data/external/fault-link"
+    said_ = [one_line_refusal(sh(["taskgeom", "data", "link", name, path], repo), expect)
+             for path, expect in (("", "PATH is empty"), (".", f"holds data/external/{name} itself"),
+                                  ("/", f"holds data/external/{name} itself"))]
+    linked = where.is_symlink()
+    if linked:
+        where.unlink()
+    return all(ok for ok, _ in said_) and not linked, " | ".join(what for _, what in said_)
+
+
+def recovery_command(repo: Path, params: dict) -> tuple[bool, str]:
+    source = next(n for n, s in params["sources"].items() if s["kind"] == "world" and s.get("split") == "test")
+    world = repo / "data/world/test.h5"
+    before = world.read_bytes()
+    damaged = world.with_name(".test.h5.damaged")
+    damaged.write_bytes(before[: len(before) // 2])
+    os.replace(damaged, world)   # a new file: the published link keeps the good bytes (pipeline/publish.py)
+    try:
+        proc = sh(["taskgeom", "sources", "--source", source, "--log", f"logs/sources/{source}.log"], repo)
+        ok, what = one_line_refusal(proc, "data/world/test.h5", "`dvc checkout --force data/world/test.h5`")
+        done = follow_advice(proc.stderr, repo, first=("dvc",))   # not its `snakemake -R fetch`
+        restored = world.read_bytes() == before
+    finally:
+        if world.read_bytes() != before:
+            world.write_bytes(before)
+    clean = nothing_to_rerun(repo)
+    return ok and done == [0] and restored and clean, f"{what}; the printed `dvc checkout --force`: rc {done}, " \
+        f"{'restored' if restored else 'not restored'}, {'nothing to rerun' if clean else 'work planned'}"
+
+
+HOSTILE_INPUT = {  # fault_injection.FAULTS' faults of hostile input to the front ends (its docstring)
+    "alias-bomb": alias_bomb,
+    "non-utf8-params": non_utf8_params,
+    "symlink-loop": symlink_loop,
+    "dry-run-fresh-clone": dry_run_fresh_clone,
+    "empty-link": empty_link,
+    "recovery-command": recovery_command,
+}

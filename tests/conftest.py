@@ -21,8 +21,8 @@ from filelock import FileLock
 from taskgeom.fixtures.paper_mini import MANIFEST
 from taskgeom.pipeline import server
 from taskgeom.pipeline.config import get
-from taskgeom.pipeline.registry import STAGES
-from taskgeom.pipeline.stage import Stage
+from taskgeom.pipeline.registry import STAGES, instances
+from taskgeom.pipeline.stage import Stage, resolve
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -30,6 +30,9 @@ SMOKE = yaml.safe_load((REPO / "params/smoke.yaml").read_text())  # the smoke pr
 # The repositories that tests make with `dvc init` have DVC's usage reports on; each DVC command
 # in them would start a background reporter (a process of its own) that this machine cannot use.
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+# Tests force reruns to check what a run does (byte-identical reruns, kills, SLURM jobs): a stage
+# reruns even when its making is unchanged (pipeline/made.py); tests of that reuse drop it.
+os.environ.setdefault("TASKGEOM_RERUN", "1")
 
 
 def tool_env(warm: bool = True) -> dict[str, str]:
@@ -73,9 +76,10 @@ TIMEOUT = 1800  # s: a guard against a hung command, not a speed target (a whole
 
 
 def run(cmd: list[str] | str, cwd: Path, check: bool = True, timeout: float = TIMEOUT, warm: bool = True,
-        **kw) -> subprocess.CompletedProcess:
-    """Run a command in ``cwd`` (``tool_env(warm)``); on failure show its output in the test report."""
-    proc = subprocess.run(cmd, cwd=cwd, env=tool_env(warm), capture_output=True, text=True, timeout=timeout,
+        env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
+    """Run a command in ``cwd`` (in ``env``, default ``tool_env(warm)``); on failure show its output
+    in the test report."""
+    proc = subprocess.run(cmd, cwd=cwd, env=env or tool_env(warm), capture_output=True, text=True, timeout=timeout,
                           shell=isinstance(cmd, str), **kw)
     if check:
         succeeded(proc)
@@ -262,3 +266,25 @@ def dvc_stages(repo: Path) -> dict[str, dict]:
         "'outs': [o.def_path for o in s.outs]} for s in r.index.stages}))"
     )
     return json.loads(run(["python", "-c", code], repo).stdout)
+
+
+def plans(repo: Path) -> tuple[set[str], set[str]]:
+    """(the shell commands of the jobs ``snakemake -n`` plans, the stages ``dvc status`` finds
+    changed), asked side by side."""
+    dry, status = run_together([["snakemake", "-n", "--printshellcmds"], ["dvc", "status", "--json"]], repo)
+    lines = dry.stdout.splitlines()
+    commands = {line.removeprefix("Shell command: ") for line in lines if line.startswith("Shell command: ")}
+    return commands - {"None"}, set(json.loads(status.stdout or "{}"))  # "None": the rule `all`
+
+
+def jobs(repo: Path) -> dict[str, tuple[str, set[str], set[str]]]:
+    """Every stage instance of the repository's params.yaml: command -> (DVC name, input files, output
+    files), from the registry both front ends are drawn from (test_front_ends: they agree)."""
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    out = {}
+    for stage, value in instances(params):
+        inputs, outputs = resolve(stage, params, value)
+        files = {str(p) for v in inputs.values() for p in (v if isinstance(v, list) else [v])}
+        out[stage.command(value) if value else stage.command()] = (stage.address(value), files,
+                                                                     {str(p) for p in outputs.values()})
+    return out

@@ -38,6 +38,16 @@ OWN_TESTS = {
     "failed-stage": "tests/test_failures.py",
     "rejected-params-dvc": "tests/test_failures.py",
     "stage-log-error": "tests/test_cli.py, tests/test_failures.py",
+    "pull-first": "tests/test_remotes.py",
+    "stale-params": "tests/test_one_truth.py",
+    "damaged-world-rerun": "tests/test_one_truth.py",
+    "damaged-intermediate": "tests/test_one_truth.py",
+    "alias-bomb": "tests/test_hostile_input.py",
+    "non-utf8-params": "tests/test_hostile_input.py",
+    "symlink-loop": "tests/test_hostile_input.py",
+    "dry-run-fresh-clone": "tests/test_hostile_input.py",
+    "empty-link": "tests/test_hostile_input.py",
+    "recovery-command": "tests/test_hostile_input.py",
 }
 
 

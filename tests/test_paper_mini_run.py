@@ -13,12 +13,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import copy_repo, copy_run, run, run_together
+from conftest import copy_repo, copy_run, jobs, plans, run
 
 from taskgeom.artifacts.tables import read_table
-from taskgeom.pipeline.registry import instances
-from taskgeom.pipeline.stage import resolve
 from taskgeom.stages.report import NO_ROWS
 
 pytestmark = pytest.mark.pipeline
@@ -84,28 +81,6 @@ def test_dvc_agrees_that_the_run_is_up_to_date(mini: Path):
 
 # --- where the data lie is machine-local; what they hold is what counts (docs/sharing.md) ---
 
-def plans(repo: Path) -> tuple[set[str], set[str]]:
-    """(the shell commands of the jobs ``snakemake -n`` plans, the stages ``dvc status`` finds
-    changed), asked side by side."""
-    dry, status = run_together([["snakemake", "-n", "--printshellcmds"], ["dvc", "status", "--json"]], repo)
-    lines = dry.stdout.splitlines()
-    commands = {line.removeprefix("Shell command: ") for line in lines if line.startswith("Shell command: ")}
-    return commands - {"None"}, set(json.loads(status.stdout or "{}"))  # "None": the rule `all`
-
-
-def jobs(repo: Path) -> dict[str, tuple[str, set[str], set[str]]]:
-    """Every stage instance of the repository's params.yaml: command -> (DVC name, input files, output
-    files), from the registry both front ends are drawn from (test_front_ends: they agree)."""
-    params = yaml.safe_load((repo / "params.yaml").read_text())
-    out = {}
-    for stage, value in instances(params):
-        inputs, outputs = resolve(stage, params, value)
-        files = {str(p) for v in inputs.values() for p in (v if isinstance(v, list) else [v])}
-        out[stage.command(value) if value else stage.command()] = (stage.address(value), files,
-                                                                     {str(p) for p in outputs.values()})
-    return out
-
-
 def downstream(every: dict, names: set[str]) -> set[str]:
     """The commands of the instances ``names`` and of every instance reading what they write, directly or not."""
     chosen = {cmd for cmd, (name, _, _) in every.items() if name in names}
@@ -155,3 +130,25 @@ def test_data_elsewhere_rerun_nothing_and_changed_content_reruns_exactly_its_rea
     assert index["files"][index["keys"][0]] == hashlib.sha256(bytes(data)).hexdigest()
     stale = set(json.loads(run(["dvc", "status", "--json"], repo).stdout))
     assert stale == readers(every, {"data/sources/imagenet-val.json"}) | {"zoo@clip-b16"}
+
+
+def test_a_teammate_who_pulls_the_paper_profile_has_nothing_to_rerun(mini: Path, tmp_path: Path):
+    """The paper profile's DAG shape (no VAE: a collection that holds nothing, whose empty folder
+    neither git nor DVC carries) shared through a DVC remote, params.yaml and dvc.lock committed: a
+    teammate's clone with the data at a third path pulls, before or after a first look, and has
+    nothing to rerun under either front end (pipeline/sync.py, dag.empty_collections)."""
+    origin = copy_run(mini, tmp_path / "origin")
+    git = ["git", "-c", "user.email=ci@taskgeom", "-c", "user.name=taskgeom"]
+    run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], origin)
+    run(["git", "add", "-A"], origin)
+    run([*git, "commit", "-qm", "results"], origin)
+    run(["dvc", "push"], origin)
+    files = shutil.copytree((mini / "data/external/paper-mini").resolve(), tmp_path / "third/paper-mini")
+    for order in ("pull-first", "look-first"):
+        clone = tmp_path / order
+        run(["git", "clone", "-q", str(origin), str(clone)], tmp_path)
+        run(["taskgeom", "data", "link", "paper-mini", str(files)], clone)
+        if order == "look-first":
+            run(["snakemake", "-n"], clone)
+        run(["dvc", "pull"], clone)
+        assert plans(clone) == (set(), set()), order

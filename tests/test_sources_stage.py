@@ -98,7 +98,8 @@ def test_a_damaged_world_file_stops_the_sources_stage_naming_it_and_publishes_no
     data[chunk.byte_offset:chunk.byte_offset + chunk.size] = np.random.default_rng(1).bytes(chunk.size)
     path.write_bytes(bytes(data))
     sources = {"mine": {"kind": "world", "split": "test", "path": str(path)}}
-    with pytest.raises(StoreError, match=rf"{path}: damaged \(r16/sketch rows .*rerun fetch.*dvc checkout {path}"):
+    said = rf"{path}: damaged \(r16/sketch rows .*rerun fetch.*dvc checkout --force {path}"
+    with pytest.raises(StoreError, match=said):
         index(tmp_path, sources)
     assert not (tmp_path / "data").exists()
     path.write_bytes(bytes(data[:len(data) // 2]))  # a truncated copy: one line too (SourceError is a user's)

@@ -28,6 +28,7 @@ EXACT = {
 # "module:qualified name" -> the signature the code wraps or calls, recorded at the pinned versions
 SIGNATURES = {
     "dvc.rwlock:_edit_rwlock": "(lock_dir, fs, hardlink)",
+    "dvc.stage.cache:_can_hash": "(stage)",
     "dvc.utils.serialize._common:_dump_data":
         "(path, data: Any, dumper: dvc.utils.serialize._common.DumpersFn, "
         "fs: Optional[ForwardRef('FileSystem')] = None, **dumper_args)",

@@ -52,10 +52,11 @@ def remedy(path: Path, kind: str) -> str:
         kind: its ``KIND_ATTR`` ("world", "targets", ...), naming the stage that writes it.
 
     Returns:
-        "rerun <stage> ..., or restore the file with `dvc checkout <path>`".
+        "rerun <stage> ..., or restore the file with `dvc checkout --force <path>`" (DVC replaces a
+        file that differs from its record only with ``--force``).
     """
     stage = WRITERS.get(kind, "the stage that writes it")
-    return f"rerun {stage} (e.g. `snakemake -R {stage}`), or restore the file with `dvc checkout {path}`"
+    return f"rerun {stage} (e.g. `snakemake -R {stage}`), or restore the file with `dvc checkout --force {path}`"
 
 
 def encode_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:

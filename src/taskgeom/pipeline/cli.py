@@ -58,6 +58,9 @@ def setup_logging(log_file: str | None) -> logging.Logger:
 
 
 def run_stage(stage: Stage, args: argparse.Namespace) -> int:
+    from taskgeom.pipeline import identity
+    from taskgeom.pipeline.dag import rule_values
+    from taskgeom.pipeline.made import RERUN, making, record, unchanged
     from taskgeom.pipeline.runtime import StageContext, resolve_device, use_threads
 
     threads = use_threads(stage.threads)  # before anything imports torch
@@ -71,19 +74,28 @@ def run_stage(stage: Stage, args: argparse.Namespace) -> int:
     if missing := missing_inputs(inputs):
         raise FileNotFoundError(f"stage {stage.name}: missing input(s): {', '.join(missing)}")
     keys = param_keys(stage, params, value)
-    with stage_lock(stage.name, value), staged_outputs(outputs, KEPT) as staged:
+    address = stage.address(value)
+    with stage_lock(stage.name, value):
         log = setup_logging(args.log)
-        device = resolve_device(params["device"]) if "device" in keys else "cpu"
-        ctx = StageContext(stage.name, inputs, staged, config.select(params, keys), value, device, log, threads)
-        start = time.perf_counter()
-        log.info("stage %s%s on %s, %d thread(s)", stage.name, f" [{value}]" if value else "", device, threads)
-        try:
-            importlib.import_module(stage.runner).run(ctx)
-            if absent := [str(outputs[k]) for k, p in staged.items() if not p.exists()]:
-                raise RuntimeError(f"stage {stage.name} finished without writing: {', '.join(absent)}")
-        except Exception as exc:
-            log_failure(log, exc)
-            raise
+        made = making(inputs, rule_values(stage, params, value, identity.read()), stage.code)
+        if unchanged(address, made, outputs):  # pipeline/made.py
+            log.info("stage %s: its inputs, parameters and code are those its published outputs were made from; "
+                     "kept them (%s=1 runs it anyway)", address, RERUN)
+            return 0
+        with staged_outputs(outputs, KEPT) as staged:
+            device = resolve_device(params["device"]) if "device" in keys else "cpu"
+            ctx = StageContext(stage.name, inputs, staged, config.select(params, keys), value, device, log, threads,
+                               stage.code)
+            start = time.perf_counter()
+            log.info("stage %s%s on %s, %d thread(s)", stage.name, f" [{value}]" if value else "", device, threads)
+            try:
+                importlib.import_module(stage.runner).run(ctx)
+                if absent := [str(outputs[k]) for k, p in staged.items() if not p.exists()]:
+                    raise RuntimeError(f"stage {stage.name} finished without writing: {', '.join(absent)}")
+            except Exception as exc:
+                log_failure(log, exc)
+                raise
+        record(address, made, outputs)
         log.info("stage %s done in %.1f s", stage.name, time.perf_counter() - start)
     return 0
 

@@ -15,6 +15,10 @@ SCHEMA_PATH = Path(__file__).parents[1] / "params.schema.yaml"
 # libyaml's parser where PyYAML was built with it: the same documents as yaml.safe_load, parsed in
 # C (the schema and a params file are read by every stage command and every Snakemake call)
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# A YAML alias (*name) stands for the whole node its anchor (&name) names, so a few lines of nested
+# aliases can stand for billions of nodes, which validation would visit one by one. The profiles
+# repeat a few dozen; a parameters file whose aliases repeat more is refused before anything reads it.
+MAX_REPEATED_NODES = 100_000
 
 
 def parse_yaml(text: str) -> Any:
@@ -226,15 +230,82 @@ def validate(params: Any, source: str = "params.yaml") -> dict:
     return params
 
 
-def load(path: str | Path = "params.yaml") -> dict:
+def read(path: str | Path = "params.yaml") -> Any:
+    """The YAML document of the parameters file ``path``, unvalidated: UTF-8 text whose aliases
+    repeat at most ``MAX_REPEATED_NODES`` nodes (``repeated_nodes``).
+
+    Raises:
+        ParamsError: one line naming ``path`` and what to do: missing, unreadable, not UTF-8 (the
+            byte and its offset), not valid YAML (the line and column), or aliases over the limit.
+    """
     path = Path(path)
     if not path.is_file():
         raise ParamsError(f"{path}: no such parameters file")
     try:
-        params = parse_yaml(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ParamsError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+                          "save it as UTF-8") from None
+    except OSError as exc:
+        raise ParamsError(f"{path}: cannot be read ({exc.strerror})") from None
+    loader = SAFE_LOADER(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        try:
+            repeated = repeated_nodes(node)
+        except ValueError as exc:
+            raise ParamsError(f"{path}: {exc}") from None
+        if repeated > MAX_REPEATED_NODES:
+            raise ParamsError(f"{path}: its YAML aliases (*name) repeat {repeated} nodes, more than the "
+                              f"{MAX_REPEATED_NODES} allowed; write the values out instead of repeating anchors")
+        return loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        raise ParamsError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
     except yaml.YAMLError as exc:
-        raise ParamsError(f"{path}: not valid YAML: {exc}") from None
-    return validate(params, str(path))
+        raise ParamsError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    finally:
+        loader.dispose()
+
+
+def yaml_problem(exc: yaml.MarkedYAMLError) -> str:
+    """PyYAML's error on one line: what it found, and where (1-based line and column)."""
+    what = ", ".join(filter(None, (exc.context, exc.problem))) or "unreadable"
+    mark = exc.problem_mark or exc.context_mark
+    return f"{what} (line {mark.line + 1}, column {mark.column + 1})" if mark else what
+
+
+def repeated_nodes(root: yaml.Node) -> int:
+    """How many nodes the aliases under ``root`` repeat: the document's nodes with every alias
+    expanded (an alias counts every node of what its anchor names) less the nodes written.
+
+    Raises:
+        ValueError: an alias inside the node its anchor names (the document would be infinite).
+    """
+    sizes: dict[int, int] = {}   # id(node) -> its nodes, aliases expanded
+    open_: set[int] = set()      # the nodes whose subtree is being counted
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, counted = stack.pop()
+        below = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else (
+            node.value if isinstance(node, yaml.SequenceNode) else [])
+        if counted:
+            open_.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes[id(n)] for n in below)
+        elif id(node) in open_:
+            raise ValueError(f"a YAML alias (*name) inside the node its anchor names, at line "
+                             f"{node.start_mark.line + 1}, repeats it without end; write the values out")
+        elif id(node) not in sizes:
+            open_.add(id(node))
+            stack.append((node, True))
+            stack.extend((n, False) for n in below if id(n) not in sizes)
+    return sizes[id(root)] - len(sizes)
+
+
+def load(path: str | Path = "params.yaml") -> dict:
+    """``read(path)``, validated (``validate``)."""
+    return validate(read(path), str(Path(path)))
 
 
 def get(params: dict, key: str) -> Any:

@@ -15,6 +15,7 @@ import json
 import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -130,3 +131,12 @@ def snakemake_rule(name: str, params: dict, priorities: Mapping[str, int] | None
     command = s.command(f"{{wildcards.{s.wildcard}}}", "{log}") if s.wildcard else s.command(log="{log}")
     return SnakemakeRule(inputs, dict(s.outs), {"values": values}, s.log, s.benchmark, s.threads, resources, command,
                          priority)
+
+
+def empty_collections(params: dict) -> list[Path]:
+    """Directories of the registry's collections that hold no item under ``params`` (a profile
+    without VAEs has no ``results/vae``). DVC depends on a collection's directory, and neither git
+    nor DVC carries an empty one, so whoever runs DVC makes them first (``check-params``, and the
+    ``dvc`` launcher before a command that reads the workspace)."""
+    return sorted({Path(d.directory) for s in STAGES for d in s.deps.values()
+                   if isinstance(d, Collect) and not config.get(params, d.over)})

@@ -17,9 +17,18 @@ read RWLock-file". Here its writes go through ``atomic_path`` too. DVC makes the
 ``rwlock.lock``, so a temporary file that the holder of that lock finds beside the rwlock was left
 by a writer killed before its rename, and is removed.
 
-Before ``status``, ``repro``, ``exp``, ``pull`` and ``checkout``, the launcher also brings ``data/identity.yaml`` up to
-date (``refresh_identity``): DVC reads the content of the data sets and checkpoints that the
-stages read from outside the pipeline as parameters from it.
+Before ``status``, ``repro``, ``exp``, ``pull`` and ``checkout``, the launcher stops with one line
+on what DVC would stop on with a traceback, or spend without end on (``refuse_unreadable``): a
+params.yaml ``taskgeom params check`` cannot read (not UTF-8, not YAML, or YAML aliases repeating
+more nodes than ``config.MAX_REPEATED_NODES``), and a symbolic link loop under data/ or results/.
+It then brings ``data/identity.yaml`` up to date (``refresh_identity``): DVC reads the content of
+the data sets and checkpoints that the stages read from outside the pipeline as parameters from it.
+
+DVC's run cache hashes a stage's dependencies before it runs it, even in ``dvc repro --dry``,
+where the outputs of the stages before it are not made: on a fresh clone the dry run stopped on
+the first dependency still to be made (``data/params.ok``). Here a stage with a missing
+dependency is one the run cache cannot hold (``run_cache_needs_deps``), as DVC already treats a
+stage with no dependencies; ``dvc repro`` then runs it, and the dry run shows it.
 
 The commit the Snakefile's ``onsuccess`` runs (``sync.commit_to_dvc``, through ``dvc_commit``)
 writes through this module, and so does every ``dvc`` command of the project's environment: its
@@ -41,9 +50,11 @@ from taskgeom.artifacts.atomic import atomic_path, leftovers
 from taskgeom.pipeline.dvc_lock_dump import lock_text
 from taskgeom.pipeline.dvc_lock_parse import LOCK_FILE, patch_lock_parse
 from taskgeom.pipeline.dvc_yaml_parse import patch_yaml_parse
+from taskgeom.pipeline.external import loops_refusal
 from taskgeom.pipeline.tools import require
 
 RWLOCK = "rwlock"  # DVC's rwlock file, in its tmp directory (dvc.rwlock.RWLOCK_FILE)
+PARAMS = "params.yaml"
 
 
 def atomic_dump(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -106,15 +117,31 @@ def atomic_rwlock(original: Callable[..., Any]) -> Callable[..., Any]:
     return edit
 
 
+def run_cache_needs_deps(original: Callable[..., Any]) -> Callable[..., Any]:
+    """DVC's ``dvc.stage.cache._can_hash(stage)``, False for a stage with a local dependency that
+    does not exist (nothing to hash; DVC hashed it and failed)."""
+
+    def can_hash(stage: Any) -> bool:
+        if any(dep.protocol == "local" and not dep.exists for dep in stage.deps):
+            return False
+        return original(stage)
+
+    can_hash.__wrapped__ = original
+    return can_hash
+
+
 def patch_dvc() -> None:
     """Make every YAML dump of this process's DVC atomic (``modify_yaml`` calls ``_common``'s
     ``_dump_data``; ``dump_yaml`` the name ``_yaml`` imported from it), its updates of dvc.lock
     parse with the safe loader, each text it parses safely parse once (``dvc_yaml_parse``),
     and its rwlock be written atomically (``rwlock`` looks ``_edit_rwlock`` up in its module at
-    each call). Stops unless DVC is the version these patches were tested with
-    (``tools.require``). A second call (``main`` run again in one process) changes nothing."""
+    each call), and its run cache pass a stage with a missing dependency (``run_cache_needs_deps``;
+    ``StageCache`` looks ``_can_hash`` up in its module). Stops unless DVC is the version these
+    patches were tested with (``tools.require``). A second call (``main`` run again in one
+    process) changes nothing."""
     require("dvc")
     from dvc import rwlock
+    from dvc.stage import cache
     from dvc.utils.serialize import _common, _yaml
 
     if hasattr(_common._dump_data, "__wrapped__"):
@@ -122,6 +149,7 @@ def patch_dvc() -> None:
     patch_lock_parse()
     patch_yaml_parse()
     rwlock._edit_rwlock = atomic_rwlock(rwlock._edit_rwlock)
+    cache._can_hash = run_cache_needs_deps(cache._can_hash)
 
     dump = atomic_dump(_common._dump_data)
     _common._dump_data = dump
@@ -131,23 +159,58 @@ def patch_dvc() -> None:
 REFRESHING = ("status", "repro", "exp", "pull", "checkout")  # commands that read or restore the workspace
 
 
-def refresh_identity(argv: list[str]) -> None:
-    """Before a command in ``REFRESHING``, recompute ``data/identity.yaml`` (``pipeline/identity.py``)
-    from a valid params.yaml in the working directory, so DVC sees the content of what the stages
-    read from outside the pipeline as it is now; an invalid params.yaml is left to check-params."""
-    if not argv or argv[0] not in REFRESHING or not Path("dvc.yaml").is_file():
-        return
+def subcommand(argv: list[str]) -> str | None:
+    """The DVC command ``argv`` runs here, after the global flags (``--wait-for-lock``, ``-q``, ...);
+    None for none, or for one run in another directory (``--cd DIR``)."""
+    for arg in argv:
+        if arg == "--cd" or arg.startswith("--cd="):
+            return None
+        if not arg.startswith("-"):
+            return arg
+    return None
+
+
+def refuse_unreadable(argv: list[str]) -> Any:
+    """Before a command in ``REFRESHING`` in a DVC project, stop (``SystemExit``, one line naming
+    the file and what to do) on a params.yaml ``config.read`` refuses or on a symbolic link loop
+    where the stages write (``external.loops_refusal``); return params.yaml's document,
+    unvalidated (None when there is nothing to check: another command, no dvc.yaml, or no
+    params.yaml for DVC to read)."""
+    if subcommand(argv) not in REFRESHING or not Path("dvc.yaml").is_file():
+        return None
+    from taskgeom.pipeline import config
+
+    params = None
+    if Path(PARAMS).exists():
+        try:
+            params = config.read(PARAMS)
+        except config.ParamsError as err:
+            raise SystemExit(f"taskgeom: error: {err}") from None
+    if line := loops_refusal():
+        raise SystemExit(line)
+    return params
+
+
+def refresh_identity(params: Any) -> None:
+    """Recompute ``data/identity.yaml`` (``pipeline/identity.py``) from ``params`` if they are
+    valid, so DVC sees the content of what the stages read from outside the pipeline as it is
+    now, and make the folders of the collections they leave empty (``dag.empty_collections``),
+    which a clone or a pull lacks; invalid parameters (or none) are left to check-params."""
     from taskgeom.pipeline import config, identity
+    from taskgeom.pipeline.dag import empty_collections
 
     try:
-        params = config.load("params.yaml")
+        valid = config.validate(params, PARAMS)
     except config.ParamsError:
         return
-    identity.refresh(params)
+    identity.refresh(valid)
+    for folder in empty_collections(valid):
+        folder.mkdir(parents=True, exist_ok=True)
 
 
 def main(argv: list[str]) -> int:
-    refresh_identity(argv)
+    if (params := refuse_unreadable(argv)) is not None:
+        refresh_identity(params)
     patch_dvc()
     from dvc.cli import main as dvc_main
 

@@ -3,6 +3,7 @@ progress bars, the device and thread count, and the provenance record of what it
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import platform
@@ -33,6 +34,18 @@ def code_version() -> str:
         return f"{__version__}+g{head}{'.dirty' if dirty else ''}"
     except (OSError, subprocess.SubprocessError):
         return __version__
+
+
+@cache
+def code_digest(files: tuple[str, ...]) -> str:
+    """sha256 over ``files`` (paths relative to the directory that holds the package, as
+    ``Stage.code`` lists them), each as its path, its content's sha256 and a newline, in sorted
+    order: the code a stage imports, whatever commit or working tree it came from."""
+    root = Path(__file__).resolve().parents[2].parent
+    digest = hashlib.sha256()
+    for rel in sorted(files):
+        digest.update(f"{rel} {hashlib.sha256((root / rel).read_bytes()).hexdigest()}\n".encode())
+    return digest.hexdigest()
 
 
 def resolve_device(name: str) -> str:
@@ -84,16 +97,21 @@ class StageContext:
     device: str = "cpu"
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("taskgeom"))
     threads: int = 1  # the CPU threads it runs with (runtime.use_threads)
+    code: tuple[str, ...] = ()  # the source files the stage imports (Stage.code)
 
     def progress(self, iterable: Iterable[T], desc: str, total: int | None = None) -> Iterable[T]:
         """tqdm on an interactive stderr, silent otherwise (logs stay readable)."""
         return tqdm(iterable, desc=desc, total=total, file=sys.stderr, disable=None, leave=False, dynamic_ncols=True)
 
     def provenance(self) -> dict:
-        """Code version, parameters and machine, recorded with every artifact this stage writes."""
+        """Code version, parameters and machine, recorded with every artifact this stage writes.
+        The code version of a stage that knows its code is the package version and the digest of
+        that code (``code_digest``), not the git commit, so that a rerun on the same inputs and
+        code writes the same bytes at any commit (docs/design.md, "Conventions")."""
+        version = f"{__version__}+code.{code_digest(self.code)[:16]}" if self.code else code_version()
         return {
             "stage": self.stage if self.wildcard is None else f"{self.stage}[{self.wildcard}]",
-            "code_version": code_version(),
+            "code_version": version,
             "params": self.params,
             "device": self.device,
             "machine": machine(self.device),

@@ -1,39 +1,45 @@
-"""One state after either front end: ``dvc status`` and ``snakemake -n`` agree after a run of
-either, and after ``dvc checkout`` or ``dvc pull``.
+"""One truth across both front ends: dvc.lock. ``dvc status`` and ``snakemake -n`` agree after
+a run of either, after ``dvc checkout`` or ``dvc pull``, and after any parameter edit.
 
-**Snakemake to DVC** (``commit_to_dvc``, the Snakefile's ``onsuccess``). Both front ends run the
-same commands (``dag``), so a Snakemake job and a DVC stage are matched by their command. After
-a successful Snakemake run every job of its DAG is up to date; the DVC stages with those
-commands are committed (``dvc commit -f``: dvc.lock records their deps, params and outputs, and
-the outputs enter DVC's cache), with ``check-params``, which every DVC stage depends on, run by
-its own command (its output is replaced atomically, never deleted as ``dvc repro`` would) and
-committed too. The commit waits until no ``dvc repro`` is inside a stage (``dvc_in_a_stage``).
-DVC's commit rewrites the files it caches, which would make every output look newer than
-Snakemake recorded, so each output's modification time is put back afterwards. The commit
-(``dvc_commit``) writes dvc.lock once for all its stages, where ``dvc commit`` rewrites it per
-target, and atomically (``dvc_atomic``), where DVC truncates it first, so a run killed during
-its ``onsuccess`` leaves the previous dvc.lock.
+dvc.lock records, per stage instance, the content of what it read (files, parameters, the
+identity of data outside the pipeline) and of what it wrote. Snakemake keeps records of its own
+(``.snakemake/metadata``) and judges by modification times; those are never a second truth here,
+but derived from dvc.lock whenever the workspace changes, and every Snakemake job that ends up
+to date is written into dvc.lock.
 
-**DVC to Snakemake** (``follow_dvc``, when the Snakefile is read). Snakemake decides from its own
-records (``.snakemake/metadata``: the parameters, inputs, input checksums and command of the job
-that made each output) and from modification times. After ``dvc repro``, ``dvc checkout`` or
-``dvc pull``, whenever the workspace differs from the one last followed (``workspace_state``:
-dvc.lock, and the size and modification time of every file a stage reads or writes, params.yaml
-aside, so a ``dvc pull`` after a ``snakemake -n`` that found nothing to follow is followed too),
-every stage instance that
-``dvc status`` finds up to date gets what Snakemake would have recorded had it run the job, and
-its outputs (and its Snakemake benchmark file, which Snakemake dates the job by too) are made
-newer than its inputs, stage by stage in the registry's order (which is
-topological). An instance whose outputs ``dvc status`` finds as dvc.lock records them but one of
-whose input files has changed since has outputs made from other inputs (a failed job's, put back
-by ``dvc checkout``): its record goes and its outputs are dated before its newest input, since a
-failed Snakemake job leaves a record of the inputs it failed on. Snakemake then reruns exactly
-what DVC would, and a later parameter edit still reruns its stages under Snakemake. Only the
-main Snakemake process follows: a cluster job that reads the Snakefile again does not.
+**Snakemake to DVC** (``commit_to_dvc``, the Snakefile's ``onsuccess`` and ``onerror``). Both
+front ends run the same commands (``dag``), so a Snakemake job and a DVC stage are matched by
+their command. At the end of a run, successful or not, the jobs it did not need to run and those
+it finished (``up_to_date_commands``) are committed (``dvc commit -f``: dvc.lock records their
+deps, params and outputs, and the outputs enter DVC's cache), with ``check-params``, which every
+DVC stage depends on, run by its own command (its output is replaced atomically, never deleted
+as ``dvc repro`` would) and committed too. The commit waits until no ``dvc repro`` is inside a
+stage (``dvc_in_a_stage``). DVC's commit rewrites the files it caches, which would make every
+output look newer than Snakemake recorded, so each output's modification time is put back
+afterwards. The commit (``dvc_commit``) writes dvc.lock once for all its stages, where ``dvc
+commit`` rewrites it per target, and atomically (``dvc_atomic``), where DVC truncates it first,
+so a run killed during its hook leaves the previous dvc.lock.
 
-Stages outside a run are left as the other front end last recorded them. Both directions rest
-on the two tools' internals, so loading this module stops unless each is the version they were
-tested with (``tools``).
+**DVC to Snakemake** (``follow_dvc``, when the Snakefile is read). Whenever the workspace differs
+from the one last followed (``workspace_state``: dvc.lock, and the size and modification time of
+every file a stage reads or writes), each stage instance whose outputs exist is judged by ``dvc
+status`` alone, in the registry's order (which is topological):
+
+- its files as dvc.lock records them (up to date, or changed in its parameters only): the record
+  Snakemake would have written had it run the job with the parameters and identity dvc.lock
+  records, and outputs (and the Snakemake benchmark file, which Snakemake dates the job by too)
+  newer than its inputs. Snakemake then compares those parameters with params.yaml itself, so an
+  edit reruns the stage and an edit back to what made the outputs does not, with no second look
+  at DVC;
+- anything else (an output damaged, a file it reads changed, no entry in dvc.lock): no record,
+  and outputs dated before the newest input, so Snakemake reruns it, as DVC would.
+
+params.yaml is not part of the workspace state: the records already carry what made each
+output. Only the main Snakemake process follows: a cluster job that reads the Snakefile again
+does not. A rerun whose inputs, parameters and code are unchanged keeps its outputs
+(``made``), so a job Snakemake reruns only because an upstream one ran costs no work. Both
+directions rest on the two tools' internals, so loading this module stops unless each is the
+version they were tested with (``tools``).
 """
 
 from __future__ import annotations
@@ -47,10 +53,13 @@ from base64 import urlsafe_b64encode
 from collections.abc import Iterable
 from hashlib import sha256
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from taskgeom.artifacts.atomic import atomic_path, leftovers
 from taskgeom.pipeline import identity as content_identity
-from taskgeom.pipeline.dag import rule_values, snakemake_rule
+from taskgeom.pipeline.dag import snakemake_rule
 from taskgeom.pipeline.publish import KEPT, keep
 from taskgeom.pipeline.registry import instances
 from taskgeom.pipeline.stage import PARAMS_OK, Stage, resolve
@@ -183,6 +192,12 @@ def commit_to_dvc(commands: Iterable[str], root: Path = Path("."), params: dict 
     return [a for a, _ in stages]
 
 
+def up_to_date_commands(dag: Any) -> list[str]:
+    """The commands of a Snakemake run's jobs that are up to date at its end: those it did not
+    need to run and those it finished (``dag``: Snakemake's ``DAG``)."""
+    return [job.shellcmd for job in dag.jobs if job.shellcmd and dag.noneedrun_finished(job)]
+
+
 def workspace_state(root: Path, files: Iterable[Path | str]) -> str:
     """A digest of dvc.lock and of the size and modification time of each of ``files``
     (relative paths; or that it is missing): it changes with ``git pull``, ``dvc pull``,
@@ -194,7 +209,19 @@ def workspace_state(root: Path, files: Iterable[Path | str]) -> str:
             state.update(f"{rel} {st.st_size} {st.st_mtime_ns}\n".encode())
         except FileNotFoundError:
             state.update(f"{rel} missing\n".encode())
+        except OSError:
+            stop_at_loop(root, rel)
+            raise
     return state.hexdigest()
+
+
+def stop_at_loop(root: Path, rel: str) -> None:
+    """Stop the process with one line (``external.loop_line``) if ``root/rel`` leads through a
+    symbolic link loop; return otherwise."""
+    from taskgeom.pipeline.external import loop_line, looping
+
+    if looping(root / rel):
+        raise SystemExit(f"taskgeom: error: {loop_line(rel, root)}")
 
 
 def watched_files(params: dict) -> list[str]:
@@ -215,18 +242,27 @@ def mark_followed(root: Path, files: Iterable[Path | str]) -> None:
 
 
 def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
-    """Bring Snakemake's records and the outputs' modification times in line with every stage
-    instance DVC finds up to date, if the workspace changed since last followed
-    (``workspace_state``); return their names."""
+    """Derive Snakemake's records and the outputs' modification times from dvc.lock and ``dvc
+    status``, for every stage instance whose outputs exist, if the workspace changed since last
+    followed (``workspace_state``); return the names of those taken as DVC records them.
+
+    An instance whose files ``dvc status`` finds as dvc.lock records them (up to date, or changed
+    in its parameters alone) gets the record Snakemake would have written for the parameters and
+    identity dvc.lock records, and outputs newer than its inputs: Snakemake then judges its
+    parameters itself, against what made the outputs. Any other (an output or a file it reads
+    differs from dvc.lock, or dvc.lock lacks it) loses its record and is dated before its newest
+    input, so Snakemake reruns it as DVC would."""
     if not (root / ".dvc").is_dir() or not (root / "dvc.lock").is_file():
         return []
     watched = watched_files(params)
     if (root / FOLLOWED).is_file() and (root / FOLLOWED).read_text() == workspace_state(root, watched):
         return []
-    status = subprocess.run(["dvc", "--wait-for-lock", "status", "--json"], cwd=root, check=True, capture_output=True,
-                            text=True)
+    status = subprocess.run(["dvc", "--wait-for-lock", "status", "--json"], cwd=root, capture_output=True, text=True)
+    if status.returncode != 0:  # the launcher's one-line refusal, or DVC's own error
+        said = [line for line in status.stderr.splitlines() if line.strip()] or ["no output"]
+        raise SystemExit(f"taskgeom: error: `dvc status` failed (exit status {status.returncode}): {said[-1]}")
     stale = {name.split(":")[-1]: why for name, why in json.loads(status.stdout or "{}").items()}
-    identity, followed = content_identity.read(root), []
+    locked, followed = dvc_lock_params(root), []
     for stage, value in instances(params):
         inputs, outs = resolve(stage, params, value)
         if not all((root / o).exists() for o in outs.values()):
@@ -234,32 +270,58 @@ def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
         input_files = sorted(str(p) for v in inputs.values() for p in (v if isinstance(v, list) else [v]))
         input_files = sorted([*input_files, *stage.code])
         newest = max((root / f).stat().st_mtime_ns for f in input_files if (root / f).exists())
-        if stage.address(value) in stale:
-            if made_from_other_inputs(stale[stage.address(value)]):
-                for output in outs.values():
-                    forget(root, output, newest)
+        address = stage.address(value)
+        if address not in locked or not params_alone(stale.get(address, [])):
+            for output in outs.values():
+                forget(root, output, newest)
             continue
         for output in outs.values():
             after(root / output, newest)
-            write_record(root, output, stage, value, params, input_files, identity)
+            write_record(root, output, stage, value, params, locked[address], input_files)
         keep(outs.values(), root / KEPT, root)  # what a rerun that fails leaves (pipeline/publish.py)
         benchmark = root / stage.benchmark.replace(f"{{{stage.wildcard}}}", value or "")
         if benchmark.is_file():  # Snakemake counts a job's benchmark among its outputs' times
             after(benchmark, newest)
-        followed.append(stage.address(value))
+        followed.append(address)
     mark_followed(root, watched)
     return followed
 
 
-def made_from_other_inputs(why: list) -> bool:
-    """Whether ``dvc status`` says a stage's outputs are the ones dvc.lock records but a file it
-    depends on has changed since: they were made from other inputs (a failed run's outputs put
-    back by ``dvc checkout``, an input edited by hand). A changed parameter alone does not count:
-    Snakemake's records see it, and params.yaml is not part of ``workspace_state``."""
-    changes = {key for entry in why if isinstance(entry, dict) for key in entry}
-    files = [path for entry in why if isinstance(entry, dict)
-             for path, change in entry.get("changed deps", {}).items() if isinstance(change, str)]
-    return all(isinstance(entry, dict) for entry in why) and bool(files) and "changed outs" not in changes
+def params_alone(why: list) -> bool:
+    """Whether ``dvc status``'s entry for a stage names changed parameters at most: every
+    changed dependency is a parameters file (a mapping of keys), no output and no file changed."""
+    for entry in why:
+        if not isinstance(entry, dict) or set(entry) != {"changed deps"}:
+            return False
+        if not all(isinstance(change, dict) for change in entry["changed deps"].values()):
+            return False
+    return True
+
+
+def dvc_lock_params(root: Path) -> dict[str, str]:
+    """Stage name -> the ``values`` param Snakemake records for its job (``dag.rule_values``), from
+    the parameters and identity entries dvc.lock records for it: what made its outputs."""
+    lock = yaml.load((root / "dvc.lock").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    out = {}
+    for name, entry in ((lock or {}).get("stages") or {}).items():
+        recorded = entry.get("params") or {}
+        values = nested(recorded.get("params.yaml") or {})
+        if content_identity.IDENTITY in recorded:
+            values["identity"] = dict(recorded[content_identity.IDENTITY] or {})
+        out[name] = json.dumps(values, sort_keys=True)
+    return out
+
+
+def nested(flat: dict) -> dict:
+    """{"a.b": 1, "a.c": 2} -> {"a": {"b": 1, "c": 2}}, as ``config.select`` nests what a stage reads."""
+    out: dict = {}
+    for key, value in flat.items():
+        *parents, last = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
 
 
 def forget(root: Path, output: Path, newest: int) -> None:
@@ -281,10 +343,11 @@ def after(path: Path, newest: int) -> None:
             os.utime(f, ns=(st.st_atime_ns, newest + 1_000))
 
 
-def write_record(root: Path, output: Path, stage: Stage, value: str | None, params: dict,
-                 input_files: list[str], identity: dict) -> None:
-    """Snakemake's record of ``output``, as its own run of the job would have written it; the
-    software environment is kept from an existing record (it is not ours to compute)."""
+def write_record(root: Path, output: Path, stage: Stage, value: str | None, params: dict, values: str,
+                 input_files: list[str]) -> None:
+    """Snakemake's record of ``output``, as its own run of the job would have written it with the
+    ``values`` param ``values`` (``dag.rule_values``); the software environment is kept from an
+    existing record (it is not ours to compute)."""
     path = root / SNAKEMAKE_METADATA / urlsafe_b64encode(str(output).encode()).decode()
     old = json.loads(path.read_text()) if path.is_file() else {}
     rule = snakemake_rule(stage.name, params)
@@ -294,7 +357,7 @@ def write_record(root: Path, output: Path, stage: Stage, value: str | None, para
         "input": input_files,
         "log": [stage.log.replace(f"{{{stage.wildcard}}}", value or "")],
         "shellcmd": stage.command(value) if value else stage.command(),
-        "params": [repr(rule_values(stage, params, value, identity))],
+        "params": [repr(values)],
         "code": rule.shell,
         "record_format_version": RECORD_FORMAT_VERSION,
         "conda_env": old.get("conda_env"),

@@ -1,8 +1,8 @@
 """The versions of DVC and Snakemake whose internals the pipeline patches or imitates, checked
 when it loads them.
 
-``dvc_atomic`` replaces DVC's ``dvc.rwlock._edit_rwlock`` and the ``_dump_data`` of
-``dvc.utils.serialize._common`` and ``_yaml``; ``dvc_lock_parse`` replaces
+``dvc_atomic`` replaces DVC's ``dvc.rwlock._edit_rwlock``, ``dvc.stage.cache._can_hash`` and the
+``_dump_data`` of ``dvc.utils.serialize._common`` and ``_yaml``; ``dvc_lock_parse`` replaces
 ``_yaml.parse_yaml_for_update``; ``dvc_commit`` passes ``Repo(_wait_for_lock=True)``; ``sync``
 writes Snakemake's private ``.snakemake/metadata`` records in its record format. None of these is
 a public interface: another release may rename them, change their arguments or their file

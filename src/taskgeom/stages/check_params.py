@@ -11,20 +11,10 @@ data before DVC or Snakemake decides anything."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from taskgeom.artifacts.atomic import write_text
 from taskgeom.pipeline import identity
-from taskgeom.pipeline.config import get
-from taskgeom.pipeline.registry import STAGES
+from taskgeom.pipeline.dag import empty_collections
 from taskgeom.pipeline.runtime import StageContext
-from taskgeom.pipeline.stage import Collect
-
-
-def empty_collections(params: dict) -> list[Path]:
-    """Directories of the registry's collections that hold no item under ``params``."""
-    return sorted({Path(d.directory) for s in STAGES for d in s.deps.values()
-                   if isinstance(d, Collect) and not get(params, d.over)})
 
 
 def run(ctx: StageContext) -> None:
