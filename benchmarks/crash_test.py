@@ -36,6 +36,7 @@ import yaml
 from stamp import write_stamped
 
 from taskgeom.pipeline import config
+from taskgeom.pipeline.made import RERUN
 from taskgeom.pipeline.registry import STAGES
 from taskgeom.pipeline.stage import Stage, resolve
 from taskgeom.pipeline.sync import CHECK_PARAMS
@@ -130,6 +131,9 @@ def write_result(table: pd.DataFrame, out: Path, name: str, title: str, summary:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # its reruns must run, not keep outputs whose making is unchanged (pipeline/made.py); a fault
+    # that tests that reuse drops it for its own commands
+    os.environ.setdefault(RERUN, "1")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("repo", type=Path)
     ap.add_argument("--stages", default="", help="comma-separated stage names (default: every stage)")

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import re
 import shutil
 import signal
@@ -86,6 +87,7 @@ from fault_tools import first, held, in_step, refused, said, sh, up_to_date
 from input_faults import HOSTILE_INPUT, damaged_world, other_size_checkpoint, small_dead_ends, two_setups
 
 from taskgeom.pipeline import config
+from taskgeom.pipeline.made import RERUN
 from taskgeom.pipeline.registry import STAGES
 from taskgeom.pipeline.stage import resolve
 
@@ -333,6 +335,9 @@ FAULTS: dict[str, Check] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    # its reruns must run, not keep outputs whose making is unchanged (pipeline/made.py); a fault
+    # that tests that reuse drops it for its own commands
+    os.environ.setdefault(RERUN, "1")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("repo", type=Path)
     ap.add_argument("--out", type=Path, default=Path("results/benchmarks"))
