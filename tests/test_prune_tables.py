@@ -64,3 +64,13 @@ def test_the_reference_line_leaves_the_tome_score_rows_alone(tmp_path):
     pick = lambda t: t[t["method"] == "tome_score"].drop(columns=["label"], errors="ignore").reset_index(drop=True)
     pd.testing.assert_frame_equal(pick(with_ref), pick(without))
     assert len(without[without["method"] == "tome"]) == 0
+
+
+def test_the_tables_order_and_name_methods_as_the_registry_does():
+    from taskgeom.prune.methods import METHODS
+
+    assert pt.METHOD_ORDER == tuple(METHODS)
+    assert pt.METHOD_LABELS == {name: m.label for name, m in METHODS.items()}
+    shuffled = pd.DataFrame({"method": list(reversed(METHODS)), "mean": range(len(METHODS))})
+    assert list(pt.ordered(shuffled)["method"]) == list(METHODS)
+    assert list(pt.labelled(shuffled)["method"]) == [METHODS[m].label for m in reversed(METHODS)]

@@ -13,7 +13,8 @@ from taskgeom.models.host import freeze, run_decoder
 from taskgeom.models.vit import Grid, TimmViTHost, tiny_vit
 from taskgeom.prune.cls_merge import merged_forward, merged_forward_from, unreduced_prefix
 from taskgeom.prune.llf import TokenState, pruned_forward, stage_counts
-from taskgeom.prune.scores import METHODS, LearnedMetric
+from taskgeom.prune.methods import NAMES as METHODS
+from taskgeom.prune.scores import LearnedMetric
 from taskgeom.prune.soft_merge import pullback_distance
 from taskgeom.prune.timm_blocks import block_forward, block_with_stats
 

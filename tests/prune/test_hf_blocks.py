@@ -16,7 +16,8 @@ from taskgeom.models.vit import Grid, TimmViTHost, tiny_vit
 from taskgeom.prune.blocks import attention_block
 from taskgeom.prune.hf_blocks import Dinov2AttentionBlock
 from taskgeom.prune.llf import pruned_forward
-from taskgeom.prune.scores import METHODS, LearnedMetric
+from taskgeom.prune.methods import NAMES as METHODS
+from taskgeom.prune.scores import LearnedMetric
 from taskgeom.prune.timm_blocks import TimmAttentionBlock
 
 

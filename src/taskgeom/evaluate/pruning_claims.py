@@ -15,9 +15,10 @@ from collections.abc import Callable
 import pandas as pd
 
 from taskgeom.evaluate.claim import ALPHA, MERGING, TOME, Checks, Judged, Tables, rows_of
+from taskgeom.prune.methods import METHODS
 
 SETTING = ("part", "model", "domain", "resolution", "schedule", "llf", "ratio", "metric")  # a row's setting
-HARD = ("importance", TOME, "evit", "random")  # the hard reductions ToMe's merging is judged against
+HARD = tuple(m.name for m in METHODS.values() if m.score is not None)  # by scores: what ToMe merging is judged against
 
 
 def _same_setting(table: pd.DataFrame, row) -> pd.DataFrame:

@@ -76,6 +76,31 @@ class ProbeHost(Protocol):
         ...
 
 
+@runtime_checkable
+class PrunableHost(Protocol):
+    """The one optional hook token reduction reads (``taskgeom.prune.blocks``); a host implements it
+    when its blocks read more than the tokens (EVA's rotary embedding of their grid positions) or
+    when the pruning code cannot find its blocks by itself (timm ``vit.blocks``, transformers DINOv2
+    layers)."""
+
+    def pruning_block(self, i: int, ctx: Any, positions: Tensor | None = None) -> Any:
+        """Block i as a ``taskgeom.prune.blocks.AttentionBlock`` (``forward(x, size)`` and
+        ``with_stats(x, size)``, proportional attention over merged tokens) for the running tokens
+        at ``positions``.
+
+        Args:
+            i: the block's index.
+            ctx: ``embed``'s context.
+            positions: (B, K) the running tokens' indices into the full sequence, prefix first;
+                None for the full sequence (or tokens at no single position, which a host whose
+                blocks read positions refuses when it sees them).
+
+        Returns:
+            The attention block.
+        """
+        ...
+
+
 def check_decoder(host: ProbeHost, decoder: str) -> None:
     """Refuse a decoder the host does not have.
 

@@ -31,12 +31,12 @@ from taskgeom.pipeline.config import get
 from taskgeom.pipeline.identity import IDENTITY
 from taskgeom.pipeline.paths import ALL_SOURCES, SOURCE_INDEX, headline, plot_data, reads, source_params
 from taskgeom.pipeline.stage import PARAMS_OK, Collect, Plot, Stage, fill
+from taskgeom.prune.methods import NAMES as PRUNE_METHODS  # the schema's prune_methods
 
 PKG = "src/taskgeom"
 WORLD_FILES = {split: f"data/world/{split}.h5" for split in ("train", "val", "test", "mv_train", "mv_test")}
 
 TARGET_SPLITS = ("train", "val", "test")
-PRUNE_METHODS = ("random", "tome_score", "evit", "tome", "importance")  # the schema's prune_methods
 RETRIEVAL_VARIANTS = ("drm", "no_regression", "no_distillation")     # stages/retrieval.py's VARIANTS
 VAE_TERMS = ("loss", "recon", "task", "kl")                            # the VAE loss and its terms
 SPN_SUPERVISION = ("exact", "q1", "q")                                 # q: learn.targets.power_iters

@@ -1,14 +1,18 @@
 """Token reduction for CLS decoders (paper §7.1): one reduction after block ``layer``, then the
 remaining blocks on fewer tokens, with proportional attention where tokens stand for several.
 
-Methods, each removing P − ceil((1 − η)·P) patch tokens:
-  importance  the lowest predicted importance, each merged into the kept patch token nearest in
-              the single-token pullback distance of the SPN, averaged with weights exp(score)·size
-              (the head regresses standardised log importance, so exp(score) is a relative importance)
-  tome_score  the lowest ToMe scores (most redundant), merged into the nearest by key cosine, size-weighted
-  random      seeded random choice, merged into the nearest by key cosine, size-weighted
-  tome        ToMe's bipartite soft matching with r = the same count, size-weighted, proportional attention
-  evit        EViT: the least attended by the class token fused into one token
+Every method (``prune.methods``) removes P − ceil((1 − η)·P) patch tokens, folded in as its
+``merge`` says:
+  keys        its lowest-scoring tokens, each merged into the nearest kept patch token by key
+              cosine, size-weighted (tome_score: the most redundant; random: a seeded choice)
+  pullback    its lowest-scoring tokens, each merged into the kept patch token nearest in the single-token
+              pullback distance of the SPN, averaged with weights exp(score)·size (importance: the head
+              regresses standardised log importance, so exp(score) is a relative importance)
+  fuse        its lowest-scoring tokens fused into one token weighted by their scores (evit: the
+              least attended by the class token)
+  bipartite   ToMe's bipartite soft matching with r = the same count, size-weighted, proportional attention
+Tokens merged into kept ones keep those tokens' grid positions (a host whose blocks read positions,
+EVA, is given them); a fused or matched token has none.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from torch import Tensor
 from taskgeom.models.host import ProbeHost
 from taskgeom.prune.blocks import attention_block
 from taskgeom.prune.evit import evit_fuse
+from taskgeom.prune.methods import lookup
 from taskgeom.prune.scores import LearnedMetric, grid_of, scores_for
 from taskgeom.prune.select import num_removed, split_lowest
 from taskgeom.prune.soft_merge import cosine_distance, merge_into_nearest, pullback_distance
@@ -28,36 +33,39 @@ from taskgeom.prune.tome import bipartite_soft_matching, merge_wavg
 
 
 def reduce_tokens(method: str, h: Tensor, stats, k: int, grid, learned: LearnedMetric | None,
-                  generator: torch.Generator | None) -> tuple[Tensor, Tensor | None]:
-    """h (B, N, D) after the reduction block -> (h' (B, N', D), size (B, N', 1) or None).
+                  generator: torch.Generator | None) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """h (B, N, D) after the reduction block -> (h' (B, N', D), size (B, N', 1) or None, positions).
 
     Args:
-        method: importance, tome_score, random, tome or evit (module docstring).
+        method: a name in ``prune.methods.METHODS`` (module docstring).
         h: (B, N, D) the tokens the reduction block output.
-        stats: that block's AttentionStats (None for importance, which reads no attention).
+        stats: that block's AttentionStats (None where the method reads no attention).
         k: patch tokens to remove.
         grid: the token Grid of the images (its ``prefix`` tokens are never removed).
-        learned: the importance head and SPN (importance only).
+        learned: the importance head and SPN (methods with ``learned``).
         generator: draws random's scores.
 
     Returns:
-        The reduced tokens (B, N − k, D) (evit: (B, N − k + 1, D), the fused token last) and the
-        tokens each stands for (B, N', 1), or None for evit, whose tokens stand for one each.
+        The reduced tokens (B, N − k, D) (fuse: (B, N − k + 1, D), the fused token last), the
+        tokens each stands for (B, N', 1), or None for fuse, whose tokens stand for one each, and
+        the reduced tokens' positions in the full sequence (B, N − k), or None where a token has no
+        single position (fuse, bipartite).
     """
-    prefix = grid.prefix
-    if method == "tome":
+    m, prefix = lookup(method), grid.prefix
+    if m.merge == "bipartite":
         merge, _ = bipartite_soft_matching(stats.keys, k, class_token=prefix > 0)
-        return merge_wavg(merge, h)
-    if method == "evit":
-        return evit_fuse(h, stats.cls_attn, k, prefix), None
+        return (*merge_wavg(merge, h), None)
     idx = torch.arange(h.shape[1], device=h.device).expand(h.shape[0], -1)
     scores = scores_for(method, h, idx, stats, grid, learned, generator)
+    if m.merge == "fuse":
+        return evit_fuse(h, scores, k, prefix), None, None
     keep, drop = split_lowest(scores, k, prefix)
     size = torch.ones_like(h[..., :1])
-    if method == "importance":
+    if m.merge == "pullback":
         distance = pullback_distance(h, learned.metric(h, grid), keep, drop, prefix)
-        return merge_into_nearest(h, size, keep, drop, distance, scores.exp(), prefix)
-    return merge_into_nearest(h, size, keep, drop, cosine_distance(stats.keys, keep, drop, prefix), None, prefix)
+        return (*merge_into_nearest(h, size, keep, drop, distance, scores.exp(), prefix), keep)
+    distance = cosine_distance(stats.keys, keep, drop, prefix)
+    return (*merge_into_nearest(h, size, keep, drop, distance, None, prefix), keep)
 
 
 def _check(host: ProbeHost, decoder: str, layer: int) -> int:
@@ -101,9 +109,9 @@ def merged_forward_from(host: ProbeHost, decoder: str, prefix: tuple[Tensor, Any
         decoder: a decoder reading only the final block.
         prefix: ``unreduced_prefix(host, images, layer)``.
         layer: the block after which tokens are reduced, below the final block.
-        method: importance, tome_score, random, tome or evit.
+        method: a name in ``prune.methods.METHODS``.
         ratio: η in [0, 1), the fraction of patch tokens removed (``num_removed``).
-        learned: the importance head and SPN (importance only).
+        learned: the importance head and SPN (methods with ``learned``).
         generator: draws random's scores.
 
     Returns:
@@ -113,18 +121,19 @@ def merged_forward_from(host: ProbeHost, decoder: str, prefix: tuple[Tensor, Any
         ValueError: the decoder reads other blocks than the final one, or ``layer`` is not below it.
     """
     last = _check(host, decoder, layer)
+    m = lookup(method)
     h, ctx = prefix
     grid = grid_of(ctx)
     k = num_removed(grid.rows * grid.cols, ratio)
-    size = None
+    reduced, size, positions = False, None, None
     for i in range(layer, last + 1):
         if i == layer and k > 0:
-            # every method but importance reads the keys (to score, or to find the nearest token)
-            h, stats = (attention_block(host, i).with_stats(h) if method != "importance"
+            h, stats = (attention_block(host, i, ctx).with_stats(h) if m.reads_attention(merging=True)
                         else (host.block(i, h, ctx), None))
-            h, size = reduce_tokens(method, h, stats, k, grid, learned, generator)
-        elif size is not None:
-            h = attention_block(host, i).forward(h, size)
+            h, size, positions = reduce_tokens(method, h, stats, k, grid, learned, generator)
+            reduced = True
+        elif reduced:
+            h = attention_block(host, i, ctx, positions).forward(h, size)
         else:
             h = host.block(i, h, ctx)
     return host.decode(decoder, {last: h}, ctx)
@@ -140,9 +149,9 @@ def merged_forward(host: ProbeHost, decoder: str, images: Tensor, layer: int, me
         decoder: a decoder reading only the final block.
         images: (B, 3, H, W) preprocessed images.
         layer: the block after which tokens are reduced, below the final block.
-        method: importance, tome_score, random, tome or evit.
+        method: a name in ``prune.methods.METHODS``.
         ratio: η in [0, 1), the fraction of patch tokens removed (``num_removed``).
-        learned: the importance head and SPN (importance only).
+        learned: the importance head and SPN (methods with ``learned``).
         generator: draws random's scores.
 
     Returns:

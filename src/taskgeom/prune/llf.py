@@ -8,8 +8,11 @@ current values, removed ones frozen. With LLF, every token is reinserted before 
 block, which then attends over the full sequence (no parameters, no training); without it, the
 last block also runs on the kept tokens and the frozen ones are filled in afterwards.
 
-``tome`` is ToMe's dense usage at the same points: bipartite merging (proportional attention),
-and ToMe's unmerge wherever a full grid is needed (read layers, and before the last block with LLF).
+Which tokens go is the method's score (``prune.methods``); a method that merges by ToMe's
+bipartite matching (``tome``) is ToMe's dense usage at the same points: bipartite merging
+(proportional attention), and ToMe's unmerge wherever a full grid is needed (read layers, and
+before the last block with LLF). Blocks on the kept tokens get their positions (a host whose blocks
+read positions, EVA, is given them through its ``pruning_block`` hook).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ import torch
 from torch import Tensor
 
 from taskgeom.models.host import ProbeHost, check_decoder
-from taskgeom.prune.blocks import attention_block
-from taskgeom.prune.scores import NEEDS_STATS, LearnedMetric, grid_of, scores_for
+from taskgeom.prune.blocks import attention_block, run_block
+from taskgeom.prune.methods import lookup
+from taskgeom.prune.scores import LearnedMetric, grid_of, scores_for
 from taskgeom.prune.select import gather_tokens, num_removed, scatter_tokens, split_lowest
 from taskgeom.prune.tome import bipartite_soft_matching, merge_wavg
 
@@ -129,20 +133,21 @@ def pruned_forward(host: ProbeHost, decoder: str, images: Tensor, schedule: Sequ
         decoder: the decoder to run (one of ``host.decoders``).
         images: (B, 3, H, W).
         schedule: strictly increasing block indices below the decoder's last block.
-        method: random, tome_score, evit or importance (hard prune), or tome (merge).
+        method: a name in ``prune.methods.METHODS``: hard prune by its scores, or merge (``bipartite``).
         ratio: η, the fraction of patch tokens removed in all, spread over the stages.
         llf: Last-Layer Fusion: reinsert every token before the decoder's last block.
-        learned: the trained importance head, for ``method="importance"``.
-        generator: draws the scores of ``method="random"``.
+        learned: the trained importance head, for methods with ``learned``.
+        generator: draws the scores of seeded methods (random).
 
     Returns:
         The decoder output, (B, M).
 
     Raises:
-        ValueError: an unknown decoder or method, a bad schedule, η outside [0, 1), or
-            ``method="importance"`` without ``learned``.
-        TypeError: tome, tome_score or evit on a host ``taskgeom.prune.blocks`` has no attention adapter for.
+        ValueError: an unknown decoder or method, a bad schedule, η outside [0, 1), or a method
+            with ``learned`` without ``learned``.
+        TypeError: a method reading attention on a host ``taskgeom.prune.blocks`` has no attention adapter for.
     """
+    m = lookup(method)
     check_decoder(host, decoder)
     reads = tuple(host.decoder_layers(decoder))
     last = max(reads)
@@ -150,17 +155,17 @@ def pruned_forward(host: ProbeHost, decoder: str, images: Tensor, schedule: Sequ
     h, ctx = host.embed(images)
     grid = grid_of(ctx)
     counts = dict(zip(schedule, stage_counts(num_removed(grid.rows * grid.cols, ratio), len(schedule))))
-    if method == "tome":
+    if m.merge == "bipartite":
         return _tome_forward(host, decoder, h, ctx, reads, counts, llf, grid.prefix > 0)
     state, states = TokenState(h), {}
     for i in range(last + 1):
         if i == last and llf:
             state.reinsert()
         k = counts.get(i, 0)
-        if k and method in NEEDS_STATS:
-            state.h, stats = attention_block(host, i).with_stats(state.h)
+        if k and m.reads_attention(merging=False):
+            state.h, stats = attention_block(host, i, ctx, state.keep).with_stats(state.h)
         else:
-            state.h, stats = host.block(i, state.h, ctx), None
+            state.h, stats = run_block(host, i, state.h, ctx, state.keep), None
         if k:
             scores = scores_for(method, state.h, state.positions(), stats, grid, learned, generator)
             keep_local, _ = split_lowest(scores, k, grid.prefix)
@@ -184,7 +189,7 @@ def _tome_forward(host, decoder, h, ctx, reads, counts, llf, class_token) -> Ten
         if i == last and llf and unmerges:
             h, unmerges, size = full(h), [], None
         k = counts.get(i, 0)
-        block = attention_block(host, i)
+        block = attention_block(host, i, ctx)
         if k:
             h, stats = block.with_stats(h, size)
             merge, unmerge = bipartite_soft_matching(stats.keys, k, class_token=class_token)

@@ -20,9 +20,9 @@ from taskgeom.metric import checkpoint
 from taskgeom.models import preprocess, zoo
 from taskgeom.models.host import freeze
 from taskgeom.models.vit import Grid
+from taskgeom.prune.methods import NAMES, lookup
 from taskgeom.prune.scores import LearnedMetric
 
-DETERMINISTIC = frozenset({"tome_score", "tome", "evit"})   # the same output for every seed
 DOMAINS = ("rgb", "sketch")          # a stage entry's sources.rgb / sources.sketch: photographs and their sketches
 ROLES = (*DOMAINS, "bank")             # and prune.cls's k-NN bank
 
@@ -143,17 +143,19 @@ def batched(fn: Callable[[Tensor], Tensor], x: Tensor, batch_size: int) -> Tenso
 
 
 def seed_runs(method: str, seeds: list[int]) -> Iterator[tuple[int, bool]]:
-    """(seed, computed) pairs: a deterministic method runs once and is repeated for the other seeds.
+    """(seed, computed) pairs: a method whose output is the same for every seed (neither seeded nor
+    learned, ``prune.methods.Method.per_seed``) runs once and is repeated for the other seeds.
 
     Args:
-        method: the pruning method.
+        method: the pruning method's name.
         seeds: the seeds, in order.
 
     Yields:
-        (seed, whether to compute it); False for every seed but the first of a ``DETERMINISTIC`` method.
+        (seed, whether to compute it); False for every seed but the first of a method not ``per_seed``.
     """
+    per_seed = lookup(method).per_seed
     for j, s in enumerate(seeds):
-        yield s, not (method in DETERMINISTIC and j > 0)
+        yield s, per_seed or j == 0
 
 
 def generator(seed: int, *key: int) -> torch.Generator:
@@ -251,7 +253,7 @@ def schedule_name(schedule: list[int]) -> str:
     return f"{len(schedule)}-stage"
 
 
-METHODS = ("random", "tome_score", "evit", "tome", "importance")  # every method a pruning stage compares
+METHODS = NAMES  # every method a pruning stage compares, in ``prune.methods``' order
 
 
 def write_degradation(outputs: dict[str, Path], metric: str, rows: list[dict], provenance: dict) -> None:

@@ -39,7 +39,7 @@ def near_duplicate_share(host: ProbeHost, images: Tensor, layer: int, batch_size
         h, ctx = host.embed(images[start:start + batch_size].to(device, dtype))
         for i in range(layer):
             h = host.block(i, h, ctx)
-        _, stats = attention_block(host, layer).with_stats(h)
+        _, stats = attention_block(host, layer, ctx).with_stats(h)
         keys = F_.normalize(stats.keys[:, grid_of(ctx).prefix:], dim=-1)
         upper = torch.ones(keys.shape[1], keys.shape[1], dtype=torch.bool, device=keys.device).triu(1)
         cosine = (keys @ keys.transpose(1, 2))[:, upper]

@@ -1,7 +1,7 @@
-"""Token scores that decide what is removed (higher = keep): the importance head's prediction,
-the ToMe score, EViT's class-token attention, and seeded random scores. A scorer sees the current
-tokens h (B, K, D), their original positions idx (B, K), and the attention statistics of the block
-just run (for the baselines that read them)."""
+"""Token scores that decide what is removed (higher = keep), each method's own score function
+(``prune.methods``): a scorer sees the current tokens h (B, K, D), their original positions idx
+(B, K), and the attention statistics of the block just run (for the methods that read them). Here:
+``scores_for``, and the learned metric (importance head, SPN) that importance scores and merges by."""
 
 from __future__ import annotations
 
@@ -14,11 +14,8 @@ from taskgeom.metric.head import ImportanceHead
 from taskgeom.metric.positions import position_table
 from taskgeom.metric.spn import PredictedMetric, SpectralPullbackNetwork
 from taskgeom.models.vit import Grid
+from taskgeom.prune.methods import lookup
 from taskgeom.prune.timm_blocks import AttentionStats
-from taskgeom.prune.tome import tome_score
-
-METHODS = ("random", "tome_score", "evit", "tome", "importance")
-NEEDS_STATS = frozenset({"tome_score", "evit", "tome"})
 
 
 @dataclass
@@ -94,31 +91,24 @@ def grid_of(ctx) -> Grid:
 
 def scores_for(method: str, h: Tensor, idx: Tensor, stats: AttentionStats | None, grid: Grid,
                learned: LearnedMetric | None, generator: torch.Generator | None) -> Tensor:
-    """Scores of the current tokens under ``method``; higher = keep.
+    """Scores of the current tokens under ``method``'s score function (``prune.methods``); higher = keep.
 
     Args:
-        method: importance, tome_score, evit or random (``METHODS``; tome merges without scores).
+        method: a name in ``prune.methods.METHODS`` with a score function (tome merges without scores).
         h: (B, K, D) the current tokens.
         idx: (B, K) their original positions.
-        stats: the AttentionStats of the block just run (tome_score, evit).
+        stats: the AttentionStats of the block just run (methods with ``attention``).
         grid: the token grid of the images.
-        learned: the importance head (importance).
+        learned: the importance head (methods with ``learned``).
         generator: draws random's uniform scores (on the CPU).
 
     Returns:
         (B, K) scores.
 
     Raises:
-        ValueError: an unknown method, or importance without a head.
+        ValueError: an unknown method, one without scores, or importance without a head.
     """
-    if method == "importance":
-        if learned is None:
-            raise ValueError("method 'importance' needs a trained importance head")
-        return learned.importance(h, idx, grid)
-    if method == "tome_score":
-        return tome_score(stats.keys)
-    if method == "evit":
-        return stats.cls_attn
-    if method == "random":
-        return torch.rand(h.shape[:2], generator=generator, device="cpu").to(h.device)
-    raise ValueError(f"unknown selection method {method!r}; methods: {', '.join(METHODS)}")
+    m = lookup(method)
+    if m.score is None:
+        raise ValueError(f"method {method!r} merges by {m.merge} matching and scores no tokens")
+    return m.score(h, idx, stats, grid, learned, generator)

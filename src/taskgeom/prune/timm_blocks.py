@@ -3,8 +3,8 @@ block's own attention, and proportional attention over merged tokens.
 
 The timm implementation behind ``taskgeom.prune.blocks.attention_block`` for hosts whose
 transformer is a timm ``VisionTransformer`` at ``host.vit`` (the zoo's CLS and DPT models, the
-paper's DINOv2 / CLIP); ``hf_blocks`` serves transformers DINOv2 layers. ``AttentionStats`` and
-``size_bias`` are shared by both.
+paper's DINOv2 / CLIP); ``eva_blocks`` serves timm Eva blocks and ``hf_blocks`` transformers
+DINOv2 layers. ``AttentionStats`` and ``size_bias`` are shared by all three.
 """
 
 from __future__ import annotations

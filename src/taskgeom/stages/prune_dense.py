@@ -68,14 +68,14 @@ def figure_maps(ctx: StageContext, host, cfg: dict, learned, base, x: torch.Tens
     key = f"q{ctx.params['learn']['targets']['power_iters']}/importance"
     cached = target.read(("features", key), slice(0, EXAMPLES))
     with torch.no_grad():
-        states, _ = forward_states(host, x[:EXAMPLES], layer)
+        states, tokens_ctx = forward_states(host, x[:EXAMPLES], layer)
         if not np.allclose(states[layer].cpu().numpy(), cached["features"], atol=1e-4):
             raise ValueError(f"{target.path}: its test features are not this model's layer-{layer} features of the "
                              "first test images; rebuild the targets")
         idx = torch.arange(states[layer].shape[1]).expand(EXAMPLES, -1)
         importance = learned.importance(states[layer], idx, base)[:, base.prefix:]
         before = states[layer - 1] if layer > 0 else host.embed(x[:EXAMPLES])[0]
-        _, stats = attention_block(host, layer).with_stats(before)
+        _, stats = attention_block(host, layer, tokens_ctx).with_stats(before)
         tome = tome_score(stats.keys)[:, base.prefix:]
     truth = cached[key][:, base.prefix:]
     maps = {"importance": importance.numpy(), "tome_score": tome.numpy()}

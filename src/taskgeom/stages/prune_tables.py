@@ -28,17 +28,12 @@ from taskgeom.artifacts.figures import PAPER, plt, save_figure, series_styles
 from taskgeom.artifacts.tables import ALPHA, add_effects, comparison, read_table, write_table
 from taskgeom.data.indexed import open_named
 from taskgeom.pipeline.runtime import StageContext
+from taskgeom.prune.methods import METHODS, NAMES
 
 TABLE2_METHODS = ("random", "tome_score", "importance")
 TABLE2_REFERENCE = ("tome",)  # shown in Table 2 as a labelled reference line, not one of its columns
-METHOD_ORDER = ("random", "tome_score", "evit", "tome", "importance")
-METHOD_LABELS = {  # how tables and figures name each method; the CSVs keep the machine names
-    "random": "random",
-    "tome_score": "ToMe score (Table 2's ToMe)",
-    "evit": "EViT",
-    "tome": "ToMe merging (soft, reference)",
-    "importance": "importance",
-}
+METHOD_ORDER = NAMES
+METHOD_LABELS = {m.name: m.label for m in METHODS.values()}  # tables' and figures' names; CSVs keep the names
 STYLE = dict(zip(METHOD_ORDER, series_styles(len(METHOD_ORDER))))
 SETTING = ("part", "source", "model", "domain", "resolution", "schedule", "llf", "metric", "ratio")
 EFFECT_COLUMNS = ("importance_mean", "importance_minus_method", "importance_over_method", "verdict")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from taskgeom.models.host import freeze, use_math_attention
@@ -84,10 +85,34 @@ class TimmAnyHost(TimmViTHost):
         """Block ``i``: (B, T, D) -> (B, T, D), with its rotary embedding for EVA."""
         if self.family != "eva":
             return self.vit.blocks[i](h)
+        return self.vit.blocks[i](h, rope=self._rope(i, ctx))
+
+    def _rope(self, i: int, ctx: RopeGrid, positions: Tensor | None = None) -> Tensor | None:
+        """EVA block i's rotary embedding: the grid's, (P, d) or per head (H, P, d); for running
+        tokens at ``positions`` (B, K, prefix first) the rows of their patch positions, (B, 1, K', d)
+        or (B, H, K', d), as Eva indexes it for the patches it keeps (prefix tokens take none)."""
         rope = ctx.rope
         if rope is not None and getattr(self.vit, "rope_mixed", False):
             rope = rope[i]
-        return self.vit.blocks[i](h, rope=rope)
+        if rope is None or positions is None:
+            return rope
+        prefix = ctx.prefix
+        if not (positions[:, :prefix] == torch.arange(prefix, device=positions.device)).all():
+            raise ValueError(f"EVA's running tokens must start with its {prefix} prefix tokens")
+        patches = positions[:, prefix:] - prefix
+        return rope[patches][:, None] if rope.ndim == 2 else rope[:, patches].movedim(0, 1)
+
+    def pruning_block(self, i: int, ctx: RopeGrid, positions: Tensor | None = None) -> Any:
+        """Block ``i`` with its attention for the running tokens at ``positions`` (``models.host.PrunableHost``):
+        a ``TimmAttentionBlock``, or for EVA an ``EvaAttentionBlock`` with the rotary rows of their
+        patch positions (``_rope``)."""
+        if self.family != "eva":
+            from taskgeom.prune.timm_blocks import TimmAttentionBlock
+
+            return TimmAttentionBlock(self.vit.blocks[i])
+        from taskgeom.prune.eva_blocks import EvaAttentionBlock
+
+        return EvaAttentionBlock(self.vit.blocks[i], self._rope(i, ctx, positions))
 
     def decode(self, decoder: str, states: Mapping[int, Tensor], ctx: Grid) -> Tensor:
         """The final norm and timm's ``forward_head``: ``cls`` the pooled embedding (B, D), ``logits`` (B, K)."""
