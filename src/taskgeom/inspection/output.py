@@ -44,10 +44,11 @@ def clamp_notes(ins: Inspection) -> list[str]:
     return notes
 
 
-def readings(ins: Inspection, model: str, adapter: str | None = None) -> list[str]:
-    """One reading paragraph per probed layer (``reading.reading``)."""
+def readings(ins: Inspection, model: str, adapter: str | None = None, flags: dict | None = None) -> list[str]:
+    """One reading paragraph per probed layer (``reading.reading``), each ending with the ``taskgeom
+    fit`` command built from ``flags`` (the command's arguments, as provenance ``params`` holds them)."""
     probe = "".join(c if c.isalnum() else "-" for c in model.lower()).strip("-")[:40] or "model"
-    return [reading(res.regime, f"{probe}-l{res.layer}", ins.decoder, res.layer, res.summary, adapter)
+    return [reading(res.regime, f"{probe}-l{res.layer}", ins.decoder, res.layer, res.summary, adapter, flags)
             for res in ins.results]
 
 
@@ -86,7 +87,7 @@ def per_image(ins: Inspection) -> str:
 
 def as_json(ins: Inspection, model: str, provenance: dict, adapter: str | None = None) -> dict:
     """The whole inspection as JSON-ready values."""
-    texts = readings(ins, model, adapter)
+    texts = readings(ins, model, adapter, provenance.get("params"))
     layers = [{"layer": res.layer, "summary": res.summary, "regime": res.regime, "architecture": res.architecture,
                "reading": text, "images": res.rows,
                "kappa_curves": [c.tolist() for c in res.kappa_curves], "spectra": [s.tolist() for s in res.spectra]}

@@ -1,13 +1,17 @@
 """What a probe's regime means and which of the project's tools fits it (paper §4.3 for the
-regimes, §5 for the SPN and the importance head, §6 for the VAE bottleneck), with the pipeline
-commands that train it.
+regimes, §5 for the SPN and the importance head, §6 for the VAE bottleneck), ending with the
+command that trains it on the user's own model: ``taskgeom fit`` with the model flags the user
+gave to ``inspect`` (``fit_command``; docs/fit.md).
 
 The pipeline trains its tools on the hosts of its zoo (``params.yaml`` ``zoo:``): the tiny zoo
-and the paper's adapters (``models.adapters.PAPER_MODELS``). A model that matches an adapter gets
-the zoo entry to add; for any other model the reading says so (docs/inspect.md, "Training a tool").
+and the paper's adapters (``models.adapters.PAPER_MODELS``). A model that matches an adapter also
+gets the pipeline's commands and the zoo entry to add (docs/inspect.md, "Training a tool"); the
+VAE bottleneck of the rich-spectrum regime is trained by the pipeline only.
 """
 
 from __future__ import annotations
+
+import shlex
 
 MEANING = {
     "rank-bounded": "The decoder has at most r outputs, so J has rank ≤ r and κ_cap(r) = 1 by construction: "
@@ -52,22 +56,55 @@ def command(regime: str, probe: str, decoder: str, layer: int) -> str:
             f"taskgeom targets --probe {probe} && taskgeom spn --probe {probe}")
 
 
-def zoo_hint(adapter: str | None) -> str:
+def zoo_hint(adapter: str) -> str:
     """How MODEL above becomes a zoo host for this model."""
-    if adapter:
-        return (f"MODEL is a zoo entry {{kind: pretrained, adapter: {adapter}, path: YOUR_WEIGHTS, img_size: …}} "
-                f"in params.yaml.")
-    return ("The pipeline's zoo hosts the tiny zoo and the paper's adapters (dinov2-b14, clip-b16, "
-            "depth-anything-v2, vggt); this model is none of them, so train the tool from the library "
-            "(taskgeom.metric.targets, .head, .spn, .vae) on its probe map.")
+    return (f"MODEL is a zoo entry {{kind: pretrained, adapter: {adapter}, path: YOUR_WEIGHTS, img_size: …}} "
+            f"in params.yaml.")
 
 
-def reading(regime: str, probe: str, decoder: str, layer: int, summary: dict, adapter: str | None) -> str:
-    """One paragraph: the measured values, what the regime means, the tool and its command."""
+def fit_command(flags: dict | None, decoder: str, layer: int, probe: str) -> str:
+    """The ``taskgeom fit`` command line for this probe: the model flags ``inspect`` was given
+    (``flags``, its parsed arguments: --timm with --weights, --model-args and --input-size, or
+    --hf; --images, --linear, and --r when not the default), the probe's --layers and --decoder,
+    and --out fit-PROBE; placeholders for the model and images without ``flags``."""
+    if not flags:
+        return f"taskgeom fit --timm NAME|--hf DIR --images DIR --layers {layer} --decoder {decoder} --out fit-{probe}"
+    parts = ["taskgeom", "fit"]
+    if flags.get("timm"):
+        parts += ["--timm", flags["timm"]]
+        parts += ["--weights", flags["weights"]] if flags.get("weights") else []
+        parts += ["--model-args", *flags["model_args"]] if flags.get("model_args") else []
+        parts += ["--input-size", str(flags["input_size"])] if flags.get("input_size") else []
+    else:
+        parts += ["--hf", str(flags.get("hf"))]
+    parts += ["--images", str(flags.get("images")), "--layers", str(layer), "--decoder", decoder]
+    parts += ["--linear", flags["linear"]] if flags.get("linear") else []
+    parts += ["--r", str(flags["r"])] if flags.get("r", 20) != 20 else []
+    return " ".join(shlex.quote(str(part)) for part in [*parts, "--out", f"fit-{probe}"])
+
+
+def _training(regime: str, probe: str, decoder: str, layer: int, adapter: str | None, flags: dict | None) -> str:
+    """The end of a reading: the pipeline's commands for a zoo host, then the fit command."""
+    pipeline = command(regime, probe, decoder, layer)
+    fit = fit_command(flags, decoder, layer, probe)
+    if regime == "rich-spectrum":
+        where = (f"In the pipeline: {pipeline}. {zoo_hint(adapter)}" if adapter else
+                 "The pipeline trains it on its zoo hosts only (the tiny zoo and the paper's adapters dinov2-b14, "
+                 "clip-b16, depth-anything-v2, vggt).")
+        return (f" The VAE bottleneck is the pipeline's: {where} Without it, `taskgeom fit` trains the head and SPN "
+                f"on these features (docs/fit.md). Command: {fit}")
+    zoo = f" In the pipeline: {pipeline}. {zoo_hint(adapter)}" if adapter else ""
+    return f"{zoo} `taskgeom fit` trains it on this model (docs/fit.md). Command: {fit}"
+
+
+def reading(regime: str, probe: str, decoder: str, layer: int, summary: dict, adapter: str | None,
+            flags: dict | None = None) -> str:
+    """One paragraph: the measured values, what the regime means, the tool, and last the command
+    that trains it (``fit_command``; the exact metric's recipe for a rank-bounded probe)."""
     kappa, cv, erank = (summary[k]["mean"] for k in ("kappa_cap", "cv", "erank"))
     r90 = summary["r90"]["mean"]
-    cmd = command(regime, probe, decoder, layer)
-    hint = "" if regime == "rank-bounded" else " " + zoo_hint(adapter)
     meaning = MEANING[regime] + (" " + CV_NOTE[cv >= 1.0] if regime == "low-rank-delocalized" else "")
+    tail = (f" Command: {command(regime, probe, decoder, layer)}." if regime == "rank-bounded" else
+            _training(regime, probe, decoder, layer, adapter, flags))
     return (f"Layer {layer}, decoder {decoder}: κ_cap(r) {kappa:.3f}, token CV {cv:.2f}, erank {erank:.1f}, "
-            f"r_0.90 {r90:.1f} -> {regime}. {meaning} Tool: {TOOL[regime]}. Command: {cmd}.{hint}")
+            f"r_0.90 {r90:.1f} -> {regime}. {meaning} Tool: {TOOL[regime]}.{tail}")

@@ -19,11 +19,11 @@ from taskgeom.artifacts import metrics as dvc_files
 from taskgeom.artifacts.atomic import write_json
 from taskgeom.artifacts.tables import write_table
 from taskgeom.artifacts.values import write_values
-from taskgeom.evaluate.stats import spearman, summarize
+from taskgeom.evaluate.stats import summarize
 from taskgeom.finite import check_metrics
 from taskgeom.metric.checkpoint import save_seeds
-from taskgeom.metric.fit import fit, predict
-from taskgeom.metric.head import ImportanceHead, head_loss
+from taskgeom.metric.fit import predict
+from taskgeom.metric.head_fit import new_head, position_floor, rho_per_image, score, target_key, train_head
 from taskgeom.metric.target_agreement import position_share, targets_agreement
 from taskgeom.metric.targets import TargetFile
 from taskgeom.models.host import param_count
@@ -36,41 +36,11 @@ def head_config(params: dict, name: str) -> dict:
     return {**params["learn"]["head_defaults"], **params["learn"]["heads"][name]}
 
 
-def target_key(kind: str, target: TargetFile, power_iters: int) -> str:
-    """spectral: e_t from the RandNLA targets at params' q; block_norm: Hutchinson ‖J_t‖_F²."""
-    if kind == "spectral":
-        return f"q{power_iters}/importance"
-    if kind == "block_norm":
-        return "block_norm"
-    raise ValueError(f"head target {kind!r}: expected 'spectral' or 'block_norm'")
-
-
-def rho_per_image(pred: np.ndarray, target: np.ndarray) -> np.ndarray:
-    return np.array([spearman(p, t) for p, t in zip(pred, target)])
-
-
 def per_image_rows(head: str, quantity: str, seed: int | None, rho: np.ndarray) -> pd.DataFrame:
     """Tidy rows of one quantity's per-image ρ (held-out images, in the target file's order):
     head, quantity, seed (empty for the position-only floor, which has none), image, value."""
     return pd.DataFrame({"head": head, "quantity": quantity, "seed": pd.array([seed] * len(rho), dtype="Int64"),
                          "image": np.arange(len(rho)), "value": rho})
-
-
-def position_floor(train: TargetFile, key: str, images: int, truth: np.ndarray) -> np.ndarray:
-    """The floor a head must beat to use the image at all: each test image's ρ when scored by the
-    mean training target of its token slot (position alone).
-
-    Args:
-        train: the training targets.
-        key: the target's dataset.
-        images: the training images the head sees (the first ones).
-        truth: (images, tokens) the test images' targets.
-
-    Returns:
-        (test images,) ρ.
-    """
-    mean_map = train.read((key,), slice(0, images))[key].mean(axis=0)
-    return rho_per_image(np.broadcast_to(mean_map, truth.shape), truth)
 
 
 def agreement_of(test: TargetFile, power_iters: int) -> np.ndarray:
@@ -102,20 +72,17 @@ def run(ctx: StageContext) -> None:
     agreement = agreement_of(test, ctx.params["learn"]["targets"]["power_iters"])
     exact_truth = (test.read(("exact/importance",))["exact/importance"]
                    if test.exact and cfg["target"] == "spectral" else None)
-    score = lambda model, F: model(F)
-    loss = lambda model, b: head_loss(model(b["features"]), b[key], cfg["w_rank"])
     seeds, curves, examples, heads = [], [], None, {}
     tidy = [per_image_rows(name, "rho_position_only", None, rho_mean_map),
             per_image_rows(name, "rho_spectral_vs_block_norm", None, agreement)]
     torch.use_deterministic_algorithms(True, warn_only=True)
     for seed in cfg["seeds"]:
-        torch.manual_seed(seed)
-        head = ImportanceHead(train.tokens, train.dim, cfg["width"], cfg["heads"], cfg["layers"]).to(ctx.device)
+        head = new_head(train.tokens, train.dim, cfg["width"], cfg["heads"], cfg["layers"], seed, ctx.device)
         floor = rho_per_image(predict(head, test, score, ctx.device), truth["test"])
-        curve = fit(head, train, ("features", key), loss, cfg["steps"], cfg["batch_size"], cfg["lr"], seed, ctx.device,
-                    limit=cfg["train_images"],
-                    progress=lambda it, total: ctx.progress(it, f"head {name} seed {seed}", total),
-                    stage=f"head {name} seed {seed}")
+        curve = train_head(head, train, key, cfg["w_rank"], cfg["steps"], cfg["batch_size"], cfg["lr"], seed,
+                           ctx.device, limit=cfg["train_images"],
+                           progress=lambda it, total: ctx.progress(it, f"head {name} seed {seed}", total),
+                           stage=f"head {name} seed {seed}")
         pred = predict(head, test, score, ctx.device)
         rho = rho_per_image(pred, truth["test"])
         rho_val = rho_per_image(predict(head, val, score, ctx.device), truth["val"])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pandas as pd
 import torch
 
@@ -20,8 +19,7 @@ from taskgeom.artifacts.checkpoints import save_module
 from taskgeom.artifacts.tables import write_table
 from taskgeom.evaluate.stats import summarize
 from taskgeom.finite import check_metrics
-from taskgeom.metric.fit import fit, predict
-from taskgeom.metric.spn import SpectralPullbackNetwork, spn_loss, subspace_alignment_batch
+from taskgeom.metric.spn_fit import new_spn, reference_of, train_spn, v1_per_image
 from taskgeom.metric.targets import TargetFile
 from taskgeom.models.host import param_count
 from taskgeom.pipeline.runtime import StageContext
@@ -46,36 +44,24 @@ def write_dvc_files(ctx: StageContext, summary: dict, curves: list[dict]) -> Non
                          ctx.provenance())
 
 
-def v1_per_image(model: SpectralPullbackNetwork, test: TargetFile, reference: np.ndarray, device: str) -> np.ndarray:
-    """V1 = ‖UᵀV‖_F² / r per test image; reference (n_images, N, D, r)."""
-    U = predict(model, test, lambda m, F: m(F).U, device)
-    V = torch.as_tensor(reference).flatten(1, 2)
-    return subspace_alignment_batch(torch.as_tensor(U), V).numpy()
-
-
 def run(ctx: StageContext) -> None:
     name = ctx.wildcard
     cfg = ctx.params["learn"]["spn"][name]
     boot = ctx.params["learn"]["bootstrap"]
     train, test = TargetFile.open(ctx.inputs["train"]), TargetFile.open(ctx.inputs["test"])
-    reference_source = "exact" if test.exact else f"q{max(test.qs)}"
-    reference = test.read((f"{reference_source}/modes",))[f"{reference_source}/modes"]
+    reference_source, reference = reference_of(test)
     rows, curves, saved = [], [], False
     torch.use_deterministic_algorithms(True, warn_only=True)
     for seed in cfg["seeds"]:
-        torch.manual_seed(seed)
-        untrained = SpectralPullbackNetwork(train.tokens, train.dim, train.r, cfg["width"], cfg["depth"], cfg["heads"])
-        untrained.to(ctx.device).eval()
+        untrained = new_spn(train.tokens, train.dim, train.r, cfg["width"], cfg["depth"], cfg["heads"], seed,
+                            ctx.device)
         floor = float(v1_per_image(untrained, test, reference, ctx.device).mean())
         rows.append({"seed": seed, "supervision": "random-init", "v1": floor})
         for source in train.sources():
             model = copy.deepcopy(untrained)
-            frob2 = "exact/frob2" if source == "exact" else "frob2"
-            keys = ("features", f"{source}/modes", f"{source}/sigma", frob2)
-            loss = lambda m, b: spn_loss(m(b["features"]), b[keys[1]].flatten(1, 2), b[keys[2]], b[frob2])
-            curve = fit(model, train, keys, loss, cfg["steps"], cfg["batch_size"], cfg["lr"], seed, ctx.device,
-                        progress=lambda it, total: ctx.progress(it, f"spn {name} {source} seed {seed}", total),
-                        stage=f"spn {name} {source} seed {seed}")
+            curve = train_spn(model, train, source, cfg["steps"], cfg["batch_size"], cfg["lr"], seed, ctx.device,
+                              progress=lambda it, total: ctx.progress(it, f"spn {name} {source} seed {seed}", total),
+                              stage=f"spn {name} {source} seed {seed}")
             v1 = v1_per_image(model, test, reference, ctx.device)
             rows.append({"seed": seed, "supervision": source, "v1": float(v1.mean())})  # timings: logs only
             check_metrics(f"spn {name} {source} seed {seed}", rows[-1])
