@@ -152,7 +152,8 @@ def wait_for_dvc_stages(root: Path, poll: float = 0.5) -> None:
 def commit_to_dvc(commands: Iterable[str], root: Path = Path("."), params: dict | None = None) -> list[str]:
     """Record in DVC the stages whose command is among ``commands`` (the up-to-date jobs of a
     Snakemake run) and whose outputs all exist; return their addresses. The workspace is then
-    followed (``follow_dvc``), as ``params`` (Snakemake's config) watches it.
+    taken as followed, as ``params`` (Snakemake's config) watches it, when the run held every
+    stage, and followed again (``follow_dvc``) when it held only some.
 
     Raises:
         subprocess.CalledProcessError: when ``dvc`` fails; nothing is committed then.
@@ -187,8 +188,13 @@ def commit_to_dvc(commands: Iterable[str], root: Path = Path("."), params: dict 
     # DVC's commit rewrote them: the stage command's links to them (publish.KEPT) follow, rather
     # than hold a second copy of each
     keep([f.relative_to(root) for f in outputs], root / KEPT, root)
-    mark_followed(root, watched_files(params) if params is not None else
-                  [o.relative_to(root) for _, _, outs in known for o in outs])
+    if params is not None and len(stages) < len(everything):
+        # a run of part of the DAG gave outputs that stages outside it read new dates: derive
+        # their records and dates again (follow_dvc), rather than take the run's as the whole
+        follow_dvc(params, root)
+    else:
+        mark_followed(root, watched_files(params) if params is not None else
+                      [o.relative_to(root) for _, _, outs in known for o in outs])
     return [a for a, _ in stages]
 
 
