@@ -40,7 +40,9 @@ def stale_params(repo: Path, params: dict) -> tuple[bool, str]:
     in_step(repo)
     item = first(params, "prune.dense")
     address = f"prune-speed@{item}"
-    touched = [repo / "params.yaml", repo / "dvc.lock", *(p for p in (repo / "results").rglob("*") if p.is_file())]
+    # what the runs rewrite: params.yaml, dvc.lock, the outputs and the stages' records of their making
+    touched = [repo / "params.yaml", repo / "dvc.lock",
+               *(p for top in ("results", ".taskgeom/made") for p in (repo / top).rglob("*") if p.is_file())]
     saved = {p: p.read_bytes() for p in touched}
     text = saved[repo / "params.yaml"].decode()
     repeats = config.get(params, "prune.speed")["repeats"]
