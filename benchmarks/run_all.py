@@ -37,6 +37,7 @@ QUICK = [
     ["resize_layout.py"],
     ["paper_estimate.py"],
     ["prune_speed.py"],
+    ["patch_speed.py"],
     ["diagnose_cost.py", "--no-probes", "--paper-scale", "--plain-vit"],
     ["diagnose_cost.py", "--inspect", "--repeats", "8"],
 ]

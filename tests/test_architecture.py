@@ -19,7 +19,7 @@ from taskgeom.pipeline.registry import STAGES
 
 SRC = REPO / "src"
 LIBRARY = ("linalg", "diagnostics", "probes", "models", "data", "metric", "prune", "retrieval", "evaluate", "fixtures",
-           "artifacts", "inspection", "fitting")
+           "artifacts", "inspection", "fitting", "patching", "comparing")
 UPPER = ("taskgeom.pipeline", "taskgeom.stages")
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 60

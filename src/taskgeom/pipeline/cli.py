@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from taskgeom import __version__
-from taskgeom.pipeline import config, fit_command, inspect_command, server
+from taskgeom.pipeline import compare_command, config, fit_command, inspect_command, server
 from taskgeom.pipeline.lock import stage_lock
 from taskgeom.pipeline.publish import KEPT, staged_outputs
 from taskgeom.pipeline.registry import STAGES
@@ -231,6 +231,7 @@ def parser() -> argparse.ArgumentParser:
     fx.set_defaults(func=fixtures_command)
     inspect_command.add_parser(sub)
     fit_command.add_parser(sub)
+    compare_command.add_parser(sub)
     da = sub.add_parser("data", help="Say where this machine keeps a data set or checkpoint (data/external/NAME).")
     dasub = da.add_subparsers(dest="action", required=True)
     ln = dasub.add_parser("link", help="Point data/external/NAME at PATH (a folder or file), replacing an earlier "

@@ -1,0 +1,174 @@
+"""``taskgeom compare``: a fitted model patched by every method × ratio against the unpatched model,
+on held-out images (``taskgeom.comparing``; docs/patch.md).
+
+The model flags are ``inspect``'s own (its parser's actions are reused, as ``fit`` reuses them),
+loaded by ``inspect_command``'s loader with its one-line refusals; ``--fit`` names the fit
+directory, whose model the loaded one must be (``fitting.check_model``). Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+from pathlib import Path
+
+from taskgeom.pipeline import inspect_command
+from taskgeom.pipeline.inspect_command import non_negative_int, positive_int
+from taskgeom.prune.methods import NAMES as METHOD_NAMES  # imports no torch
+
+MODEL = ("timm", "hf")
+SHARED = ("weights", "model_args", "input_size", "images", "max_images", "linear", "threads")
+CHANGED = {"max_images": {"default": None, "help": "the first N images, sorted (default: every image)"},
+           "images": {"help": "a folder of held-out images (not the fit's), read recursively"},
+           "linear": {"help": "the linear head (safetensors) of a fit through decoder 'linear'"}}
+
+
+def ratio(text: str) -> float:
+    """An argparse type: η in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction of patch tokens removed in [0, 1), got {text!r}")
+    return value
+
+
+def _model_flags(p: argparse.ArgumentParser) -> None:
+    """``inspect``'s model and image flags on ``p``, with ``CHANGED`` applied to copies of them."""
+    sub = argparse.ArgumentParser(add_help=False).add_subparsers()
+    inspect_command.add_parser(sub)
+    actions = {a.dest: a for a in sub.choices["inspect"]._actions}
+    group = p.add_mutually_exclusive_group(required=True)
+    for dest in MODEL:
+        group._add_action(copy.copy(actions[dest]))
+    for dest in SHARED:
+        action = copy.copy(actions[dest])
+        for key, value in CHANGED.get(dest, {}).items():
+            setattr(action, key, value)
+        p._add_action(action)
+
+
+def add_parser(sub) -> None:
+    """The ``compare`` subcommand and its options."""
+    p = sub.add_parser("compare", help="Patch your fitted model with every token-reduction method and ratio and "
+                                       "compare each with the unpatched model: fidelity, throughput, FLOPs.",
+                       description="Compare taskgeom.patch's methods on a fitted timm model (--timm NAME [--weights "
+                                   "FILE]) or local Hugging Face directory (--hf DIR) over held-out images; see "
+                                   "docs/patch.md.")
+    _model_flags(p)
+    p.add_argument("--fit", required=True, metavar="DIR", help="the directory `taskgeom fit` wrote for this model")
+    p.add_argument("--ratios", type=ratio, nargs="+", default=[0.25, 0.5, 0.75], metavar="ETA",
+                   help="fractions of patch tokens removed, each in [0, 1) (default 0.25 0.5 0.75)")
+    p.add_argument("--methods", nargs="+", choices=METHOD_NAMES, metavar="METHOD",
+                   help=f"methods to compare (default: every one the model runs: {', '.join(METHOD_NAMES)})")
+    p.add_argument("--batch-size", type=positive_int, default=16, help="images per forward (default 16)")
+    p.add_argument("--repeats", type=positive_int, default=5, help="timed rounds per setting (default 5)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seeds random's draws (default 0)")
+    p.add_argument("--out", default="compare", metavar="DIR", help="where the files go (default compare/)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    try:
+        return _run(args)
+    except (ValueError, OSError) as exc:  # PatchError, FitMismatch, CheckpointError, Unsupported are ValueErrors
+        print(f"taskgeom: error: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}", file=sys.stderr)
+        return 2
+
+
+def code_version() -> str:
+    """The package version and the digest of the code ``compare`` runs (``codedeps``)."""
+    from taskgeom import __version__
+    from taskgeom.pipeline.codedeps import code_files
+    from taskgeom.pipeline.runtime import code_digest
+
+    return f"{__version__}+code.{code_digest(code_files('taskgeom.comparing.run'))[:16]}"
+
+
+def _linear(args: argparse.Namespace, fitted, digests: dict):
+    """Decoder ``linear``'s head, the file the fit recorded (by sha256), or None for other decoders."""
+    if fitted.decoder != "linear":
+        return None
+    recorded = fitted.model.get("linear", {}).get("sha256")
+    if not args.linear:
+        raise ValueError(f"--linear: the fit in {args.fit} is through a linear head; give its file")
+    if digests["linear"]["sha256"] != recorded:
+        raise ValueError(f"--linear {args.linear}: not the head the fit in {args.fit} was made with (sha256 differs)")
+    from torch import nn
+
+    from taskgeom.inspection.hosts import read_linear
+
+    weight, bias = read_linear(args.linear)
+    head = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+    head.weight.data.copy_(weight)
+    if bias is not None:
+        head.bias.data.copy_(bias)
+    return head.eval().requires_grad_(False)
+
+
+def _methods(args: argparse.Namespace, fitted, model) -> tuple[list[str], list[str]]:
+    """The methods to run and notes on those left out: every one the model runs, or the ones named
+    (a named one it cannot run is refused)."""
+    from taskgeom.patching.families import structure
+    from taskgeom.patching.patch import PatchError, check_fit, check_method
+
+    struct, chosen, notes = structure(model), [], []
+    for name in args.methods or METHOD_NAMES:
+        try:
+            check_fit(fitted, struct, check_method(name))
+            chosen.append(name)
+        except PatchError as err:
+            if args.methods:
+                raise
+            notes.append(f"{name} left out: {err}")
+    if not chosen:
+        raise ValueError(f"--fit {args.fit}: no method can run on this model ({'; '.join(notes)})")
+    return chosen, notes
+
+
+def _run(args: argparse.Namespace) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from taskgeom.comparing import compare_model, output
+    from taskgeom.fitting import check_model, load_fitted
+    from taskgeom.inspection.inputs import image_files, read_rgb
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    fitted = load_fitted(args.fit)
+    files = image_files(args.images, args.max_images)
+    torch.manual_seed(int(fitted.record.get("settings", {}).get("seed", 0)))  # timm's init, as `fit` built it
+    model, transform, cfg, _ = inspect_command._load(args)
+    check_model(fitted, model)
+    model.eval()
+    root = Path(args.images).expanduser()
+    names = [f.relative_to(root).as_posix() for f in files]
+    provenance = {**inspect_command._provenance(args, files, names, cfg), "stage": "compare",
+                  "code_version": code_version()}
+    linear = _linear(args, fitted, provenance["input"]["sha256"])
+    methods, notes = _methods(args, fitted, model)
+    trained_on = set(fitted.record.get("images", {}).get("train", [])) & set(names)
+    if trained_on:
+        notes.append(f"note: {len(trained_on)} image name(s) are among the fit's training images; compare on "
+                     "held-out images")
+    images = [transform(read_rgb(f)) for f in files]
+    progress = lambda it, **kw: tqdm(it, file=sys.stderr, leave=False, disable=None, **kw)  # noqa: E731
+    comp = compare_model(model, fitted, images, names, ratios=args.ratios, methods=methods,
+                         batch_size=args.batch_size, repeats=args.repeats, seed=args.seed, linear=linear,
+                         progress=progress)
+    comp.notes += notes
+    label = args.timm or Path(args.hf).name
+    fit = {"directory": str(args.fit), "layer": fitted.layer, "decoder": fitted.decoder, "path": fitted.path,
+           "layout": fitted.layout, "verdict": (fitted.quality.get("head") or {}).get("verdict")}
+    settings = {"ratios": args.ratios, "methods": methods, "batch_size": args.batch_size, "repeats": args.repeats,
+                "seed": args.seed, "threads": torch.get_num_threads()}
+    output.write(comp, label, args.out, fit, settings, names, provenance)
+    print(output.summary(comp, label))
+    print(f"wrote {', '.join(str(Path(args.out) / f) for f in output.FILES.values())}")
+    return 0
