@@ -26,6 +26,8 @@ from taskgeom.artifacts.values import read_values
 from taskgeom.comparing.fidelity import fidelity
 from taskgeom.fitting.checkpoint import write_fit
 from taskgeom.fitting.identity import describe
+from taskgeom.fixtures import world_vit
+from taskgeom.inspection.inputs import timm_transform
 from taskgeom.metric.head import ImportanceHead
 from taskgeom.metric.spn import SpectralPullbackNetwork
 from taskgeom.models.adapters.timm_any import build_timm
@@ -148,42 +150,18 @@ def test_the_fidelity_measures_follow_their_definitions():
     assert fidelity("depth", depth, depth)["delta1"].tolist() == [1.0, 1.0]
 
 
-WORLD = dict(depth=4, embed_dim=64, num_heads=2, img_size=32, patch_size=4, num_classes=20)
-
-
 @pytest.fixture(scope="module")
 def world_model(tmp_path_factory):
-    """A timm ViT (4 blocks, width 64, 8×8 patches of 32 px images) trained for 300 steps on one
-    thread to classify the embedded world's scenes (AdamW, linear warm-up then cosine decay, flips),
-    its weights, 32 images for ``fit`` and 64 held-out images for ``compare``."""
-    from taskgeom.data.world import render_split
-    from taskgeom.inspection.inputs import timm_transform
-
+    """The world's ViT (``fixtures.world_vit``, model seed 0), its weights, 32 scenes for ``fit`` and
+    64 held-out scenes for ``compare``."""
     root = tmp_path_factory.mktemp("world-model")
-    train, other = render_split(384, 11, 32), render_split(96, 11, 32, start=5000)
-    for folder, indices in (("fit-images", range(32)), ("held-out", range(32, 96))):
-        (root / folder).mkdir()
-        for i in indices:
-            Image.fromarray(other["rgb"][i, 0]).save(root / folder / f"scene{i:03d}.png")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = timm.create_model(NAME, pretrained=False, **WORLD)
-    transform, _ = timm_transform(model)
-    x = torch.stack([transform(Image.fromarray(a)) for a in train["rgb"][:, 0]])
-    y, draw = torch.as_tensor(train["label"]), torch.Generator().manual_seed(0)
-    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.05)
-    for step in range(300):
-        idx = torch.randint(len(x), (32,), generator=draw)
-        for group in opt.param_groups:
-            group["lr"] = 2e-3 * min(1.0, (step + 1) / 20) * 0.5 * (1 + np.cos(np.pi * step / 300))
-        loss = torch.nn.functional.cross_entropy(model(x[idx].flip(-1) if step % 2 else x[idx]), y[idx])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    torch.set_num_threads(threads)
+    other = world_vit.world_scenes(96)
+    world_vit.write_scenes(root / "fit-images", other["rgb"], range(32))
+    world_vit.write_scenes(root / "held-out", other["rgb"], range(32, 96))
+    model = world_vit.train_world_vit(seed=0)
     save_file(model.state_dict(), root / "model.safetensors")
-    return {"root": root, "flags": model_flags(root / "model.safetensors", WORLD), "transform": transform}
+    transform, _ = timm_transform(model)
+    return {"root": root, "flags": model_flags(root / "model.safetensors", world_vit.WORLD_VIT), "transform": transform}
 
 
 @pytest.mark.slow
@@ -204,7 +182,7 @@ def test_fit_then_compare_then_patch_a_model_trained_on_the_world(world_model):
     assert set(rows) == {("unpatched", 0.0), ("importance", 0.5), ("random", 0.5)}
     assert 0 <= rows[("random", 0.5)]["kl_p_vs_importance"] <= 1 and "p vs importance" in stdout
 
-    model = build_timm(NAME, root / "model.safetensors", **WORLD)        # the README: your model, then
+    model = build_timm(NAME, root / "model.safetensors", **world_vit.WORLD_VIT)        # the README: your model, then
     taskgeom.patch(model, root / "fit", ratio=0.5)
     x = torch.stack([world_model["transform"](Image.open(f).convert("RGB"))
                      for f in sorted((root / "held-out").iterdir())])

@@ -9,7 +9,6 @@ directory, whose model the loaded one must be (``fitting.check_model``). Nothing
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import sys
 from pathlib import Path
@@ -18,7 +17,6 @@ from taskgeom.pipeline import inspect_command
 from taskgeom.pipeline.inspect_command import non_negative_int, positive_int
 from taskgeom.prune.methods import NAMES as METHOD_NAMES  # imports no torch
 
-MODEL = ("timm", "hf")
 SHARED = ("weights", "model_args", "input_size", "images", "max_images", "linear", "threads")
 CHANGED = {"max_images": {"default": None, "help": "the first N images, sorted (default: every image)"},
            "images": {"help": "a folder of held-out images (not the fit's), read recursively"},
@@ -36,21 +34,6 @@ def ratio(text: str) -> float:
     return value
 
 
-def _model_flags(p: argparse.ArgumentParser) -> None:
-    """``inspect``'s model and image flags on ``p``, with ``CHANGED`` applied to copies of them."""
-    sub = argparse.ArgumentParser(add_help=False).add_subparsers()
-    inspect_command.add_parser(sub)
-    actions = {a.dest: a for a in sub.choices["inspect"]._actions}
-    group = p.add_mutually_exclusive_group(required=True)
-    for dest in MODEL:
-        group._add_action(copy.copy(actions[dest]))
-    for dest in SHARED:
-        action = copy.copy(actions[dest])
-        for key, value in CHANGED.get(dest, {}).items():
-            setattr(action, key, value)
-        p._add_action(action)
-
-
 def add_parser(sub) -> None:
     """The ``compare`` subcommand and its options."""
     p = sub.add_parser("compare", help="Patch your fitted model with every token-reduction method and ratio and "
@@ -58,7 +41,7 @@ def add_parser(sub) -> None:
                        description="Compare taskgeom.patch's methods on a fitted timm model (--timm NAME [--weights "
                                    "FILE]) or local Hugging Face directory (--hf DIR) over held-out images; see "
                                    "docs/patch.md.")
-    _model_flags(p)
+    inspect_command.add_inspect_flags(p, SHARED, CHANGED)
     p.add_argument("--fit", required=True, metavar="DIR", help="the directory `taskgeom fit` wrote for this model")
     p.add_argument("--ratios", type=ratio, nargs="+", default=[0.25, 0.5, 0.75], metavar="ETA",
                    help="fractions of patch tokens removed, each in [0, 1) (default 0.25 0.5 0.75)")

@@ -10,7 +10,6 @@ downloaded.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import logging
 import os
@@ -20,7 +19,6 @@ from pathlib import Path
 from taskgeom.pipeline import inspect_command
 from taskgeom.pipeline.inspect_command import non_negative_int, positive_int
 
-MODEL = ("timm", "hf")  # inspect's mutually exclusive model flags
 SHARED = ("weights", "model_args", "input_size", "images", "max_images", "decoder", "linear", "layers", "r",
           "power_iters", "seed", "threads")
 CHANGED = {  # dest -> what differs from inspect's flag
@@ -49,26 +47,6 @@ def held_out(text: str) -> int | float:
     return value
 
 
-def _inspect_actions() -> dict[str, argparse.Action]:
-    """The actions of ``inspect``'s parser, by destination."""
-    sub = argparse.ArgumentParser(add_help=False).add_subparsers()
-    inspect_command.add_parser(sub)
-    return {a.dest: a for a in sub.choices["inspect"]._actions}
-
-
-def _model_flags(p: argparse.ArgumentParser) -> None:
-    """``inspect``'s model and target flags on ``p``, with ``CHANGED`` applied to copies of them."""
-    actions = _inspect_actions()
-    group = p.add_mutually_exclusive_group(required=True)
-    for dest in MODEL:
-        group._add_action(copy.copy(actions[dest]))
-    for dest in SHARED:
-        action = copy.copy(actions[dest])
-        for key, value in CHANGED.get(dest, {}).items():
-            setattr(action, key, value)
-        p._add_action(action)
-
-
 def add_parser(sub) -> None:
     """The ``fit`` subcommand and its options."""
     p = sub.add_parser("fit", help="Fit the learned metric to your own model on a folder of images: spectral "
@@ -76,7 +54,7 @@ def add_parser(sub) -> None:
                        description="Fit an importance head (and SPN) to a timm model (--timm NAME [--weights FILE]) "
                                    "or a local Hugging Face directory (--hf DIR) on the images under --images; "
                                    "see docs/fit.md.")
-    _model_flags(p)
+    inspect_command.add_inspect_flags(p, SHARED, CHANGED)
     p.add_argument("--held-out", type=held_out, default=0.2, metavar="N|F",
                    help="held-out images: a count, or a fraction of the images (default 0.2; at least 1)")
     p.add_argument("--steps", type=positive_int, default=300, help="importance-head training steps (default 300)")

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import re
 import sys
@@ -73,6 +74,23 @@ def add_parser(sub) -> None:
     p.add_argument("--per-image", action="store_true", help="also print every image's values")
     p.add_argument("--out", default="inspect", metavar="DIR", help="where inspect.json and inspect.png go")
     p.set_defaults(func=run)
+
+
+def add_inspect_flags(p: argparse.ArgumentParser, shared: tuple[str, ...], changed: dict[str, dict]) -> None:
+    """Copies of this parser's model flags (``--timm`` | ``--hf``, one required) and of the flags
+    named by ``shared`` (destinations) on ``p``, with ``changed[dest]``'s attributes set on each
+    copy: how ``fit`` and ``compare`` take a model exactly as ``inspect`` does."""
+    sub = argparse.ArgumentParser(add_help=False).add_subparsers()
+    add_parser(sub)
+    actions = {a.dest: a for a in sub.choices["inspect"]._actions}
+    group = p.add_mutually_exclusive_group(required=True)
+    for dest in ("timm", "hf"):
+        group._add_action(copy.copy(actions[dest]))
+    for dest in shared:
+        action = copy.copy(actions[dest])
+        for key, value in changed.get(dest, {}).items():
+            setattr(action, key, value)
+        p._add_action(action)
 
 
 def _load(args: argparse.Namespace):
