@@ -4,7 +4,8 @@ ratio on CLS decoders; this measures it on the user's path, three times.
 
 For each model seed 0, 1, 2: ``fixtures.world_vit.train_world_vit(seed)`` (a timm ViT trained for
 300 steps to classify the world's scenes), then the commands a user runs, with their defaults:
-``taskgeom fit`` (decoder ``logits``, its default block) on 64 scenes, then ``taskgeom compare``
+``taskgeom fit`` (decoder ``logits``, its default block) on 64 scenes, ``taskgeom inspect`` at
+the fit's block on the same scenes, then ``taskgeom compare``
 with every method at the paper's ratios (0.05 … 0.5) on 64 other scenes. The fidelity measure is
 compare's primary one for logits: KL(p_unpatched ‖ p_patched) per image (lower is better).
 
@@ -12,9 +13,11 @@ Chosen before the first run, and not changed after: the seeds, the ratios, the i
 defaults, and the rule. Importance *beats* a method at a ratio when its mean KL over the
 3 × 64 (seed, image) pairs is lower and the two-sided paired Wilcoxon signed-rank test over those
 pairs gives p < 0.05; it *loses* when the mean is higher with p < 0.05; otherwise neither. Each
-seed's own means and p are in the CSV, with the fit's held-out quality (the head's ρ against its
-targets and the position-only floor) and the model's held-out accuracy, which say whether a
-failure lies in the learned scores or in what the scores are asked to predict.
+seed's own means and p are in the CSV, with the model's held-out accuracy (chance is 1/20), the
+fit's held-out quality (the head's ρ against its targets and the position-only floor) and
+``taskgeom inspect``'s reading at the fit's block (κ_cap(r), token CV, regime; the inspected
+images are the fit's), which say whether a failure lies in the learned scores or in what the
+scores are asked to predict.
 
 Results: results/benchmarks/patch_fidelity.{csv,md}.
 
@@ -82,13 +85,18 @@ def one_seed(seed: int, root: Path) -> tuple[pd.DataFrame, dict]:
     flags = ["--timm", world_vit.NAME, "--weights", str(root / "model.safetensors"), "--model-args",
              *world_vit.model_args(), "--threads", "1"]
     taskgeom("fit", *flags, "--images", str(fit_images), "--decoder", "logits", "--out", str(root / "fit"))
+    layer = json.loads((root / "fit" / "fit.json").read_text())["layer"]
+    taskgeom("inspect", *flags, "--images", str(fit_images), "--layers", str(layer), "--decoder", "logits",
+             "--out", str(root / "inspect"))
     taskgeom("compare", *flags, "--images", str(held_images), "--fit", str(root / "fit"), "--ratios",
              *map(str, RATIOS), "--repeats", "1", "--out", str(root / "compare"))
     values = read_values(root / "compare" / "compare_per_image.csv.gz")
     kl = values[values.measure == "kl"][["method", "ratio", "image", "value"]].assign(seed=seed)
     quality = json.loads((root / "fit" / "fit.json").read_text())["quality"]["head"]
+    probe = json.loads((root / "inspect" / "inspect.json").read_text())["probes"][0]
     facts = {"seed": seed, "accuracy": accuracy(model, scenes["rgb"][list(held)], scenes["label"][list(held)]),
-             "layer": json.loads((root / "fit" / "fit.json").read_text())["layer"],
+             "layer": layer, "kappa_cap": probe["summary"]["kappa_cap"]["mean"],
+             "token_cv": probe["summary"]["cv"]["mean"], "regime": probe["regime"],
              "rho": quality["rho"]["mean"], "rho_floor": quality["rho_position_only"]["mean"],
              "verdict": quality["verdict"]}
     return kl, facts

@@ -48,7 +48,7 @@ TIMM_LOAD = """import timm
 from safetensors.torch import load_file
 model = timm.create_model("vit_small_patch16_224", pretrained=False, img_size=64).eval()
 model.load_state_dict(load_file("vit_small.safetensors"))
-cfg = timm.data.resolve_data_config({}, model=model)
+cfg = timm.data.resolve_data_config({"input_size": (3, 64, 64)}, model=model)
 transform = timm.data.create_transform(**cfg)"""
 HF_LOAD = """from transformers import AutoImageProcessor, AutoModelForImageClassification
 model = AutoModelForImageClassification.from_pretrained("dinov2_registers").eval()

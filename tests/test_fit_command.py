@@ -331,7 +331,7 @@ SUMMARY = {k: {"mean": v} for k, v in dict(kappa_cap=0.5, cv=1.5, erank=30.0, r9
 
 
 @pytest.mark.parametrize("regime", ["marginal-kappa-high-cv", "low-rank-delocalized", "rich-spectrum"])
-def test_each_trainable_regime_ends_with_the_fit_command(regime):
+def test_each_regime_ends_with_the_fit_command(regime):
     flags = {"hf": "models/my dir", "images": "photos", "r": 20, "linear": None}
     text = reading(regime, "my-dir-l5", "depth", 5, SUMMARY, None, flags)
     assert text.endswith("Command: taskgeom fit --hf 'models/my dir' --images photos --layers 5 --decoder depth "
@@ -339,4 +339,7 @@ def test_each_trainable_regime_ends_with_the_fit_command(regime):
     assert "In the pipeline" not in text
     zoo = reading(regime, "my-dir-l5", "depth", 5, SUMMARY, "depth-anything-v2", flags)
     assert "In the pipeline: add " in zoo and "adapter: depth-anything-v2" in zoo and zoo.endswith("fit-my-dir-l5")
-    assert "taskgeom fit" not in reading("rank-bounded", "p", "depth", 5, SUMMARY, None, flags)
+    exact = reading("rank-bounded", "p", "depth", 5, SUMMARY, None, flags)
+    assert "Exact metric: none: J = op.rmm" in exact and "M VJPs per image" in exact
+    assert exact.endswith("Command: taskgeom fit --hf 'models/my dir' --images photos --layers 5 --decoder depth "
+                          "--out fit-p")

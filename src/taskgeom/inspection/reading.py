@@ -39,6 +39,11 @@ CV_NOTE = ("Its modes spread over all tokens (token CV < 1): per-token scores ca
            "carry the token ranking, though the metric itself is the SPN's.")
 
 
+REDUCE_NOTE = ("To reduce tokens at inference (taskgeom.patch), the exact e_t would cost M VJPs per image; "
+               "`taskgeom fit` distils them into an importance head (and, for pooled outputs, an SPN) that "
+               "costs a small fraction of a forward (docs/fit.md).")
+
+
 def command(regime: str, probe: str, decoder: str, layer: int) -> str:
     """The pipeline commands that train the regime's tool for probe entry ``probe``."""
     if regime == "rank-bounded":
@@ -100,11 +105,13 @@ def _training(regime: str, probe: str, decoder: str, layer: int, adapter: str | 
 def reading(regime: str, probe: str, decoder: str, layer: int, summary: dict, adapter: str | None,
             flags: dict | None = None) -> str:
     """One paragraph: the measured values, what the regime means, the tool, and last the command
-    that trains it (``fit_command``; the exact metric's recipe for a rank-bounded probe)."""
+    that trains it (``fit_command``; for a rank-bounded probe, after the exact metric's recipe,
+    the head that token reduction needs, since the exact e_t costs M VJPs per image)."""
     kappa, cv, erank = (summary[k]["mean"] for k in ("kappa_cap", "cv", "erank"))
     r90 = summary["r90"]["mean"]
     meaning = MEANING[regime] + (" " + CV_NOTE[cv >= 1.0] if regime == "low-rank-delocalized" else "")
-    tail = (f" Command: {command(regime, probe, decoder, layer)}." if regime == "rank-bounded" else
+    tail = (f" Exact metric: {command(regime, probe, decoder, layer)}. {REDUCE_NOTE} Command: "
+            f"{fit_command(flags, decoder, layer, probe)}" if regime == "rank-bounded" else
             _training(regime, probe, decoder, layer, adapter, flags))
     return (f"Layer {layer}, decoder {decoder}: κ_cap(r) {kappa:.3f}, token CV {cv:.2f}, erank {erank:.1f}, "
             f"r_0.90 {r90:.1f} -> {regime}. {meaning} Tool: {TOOL[regime]}.{tail}")
