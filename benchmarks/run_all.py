@@ -38,6 +38,8 @@ QUICK = [
     ["paper_estimate.py"],
     ["prune_speed.py"],
     ["patch_speed.py"],
+    ["patch_fidelity.py"],
+    ["user_path.py"],
     ["diagnose_cost.py", "--no-probes", "--paper-scale", "--plain-vit"],
     ["diagnose_cost.py", "--inspect", "--repeats", "8"],
 ]
