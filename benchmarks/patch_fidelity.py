@@ -19,9 +19,16 @@ fit's held-out quality (the head's ρ against its targets and the position-only 
 images are the fit's), which say whether a failure lies in the learned scores or in what the
 scores are asked to predict.
 
+``--ablation`` (added after the first run, in which importance lost to ToMe's score at every
+ratio, to say where the loss comes from) registers one more method, ``importance_keys``:
+importance's scores choose the tokens that go, and they are merged as ``random`` and
+``tome_score`` merge them (into the kept token nearest in attention-key cosine, size-weighted)
+instead of by the SPN's pullback distance with weights exp(score)·size. Its results go to
+results/benchmarks/patch_fidelity_ablation.{csv,md}; the rule and everything else are the same.
+
 Results: results/benchmarks/patch_fidelity.{csv,md}.
 
-    python benchmarks/patch_fidelity.py [--seeds 0 1 2]
+    python benchmarks/patch_fidelity.py [--seeds 0 1 2] [--ablation]
 """
 
 from __future__ import annotations
@@ -50,7 +57,19 @@ from taskgeom.pipeline.runtime import machine
 OUT = Path("results/benchmarks")
 RATIOS = [0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50]  # the paper's Table 2
 FIT_IMAGES, HELD_OUT = 64, 64
-AGAINST = ("tome_score", "random", "evit", "tome")
+AGAINST = ["tome_score", "random", "evit", "tome"]
+ABLATION = "importance_keys"
+
+
+def register_ablation() -> None:
+    """``importance_keys`` (module docstring) in the method registry, before compare's parser is built."""
+    from dataclasses import replace
+
+    from taskgeom.prune import methods
+
+    methods.METHODS[ABLATION] = replace(methods.METHODS["importance"], name=ABLATION,
+                                        label="importance, merged by key cosine", merge="keys")
+    AGAINST.append(ABLATION)
 
 
 def taskgeom(*argv: str) -> str:
@@ -129,7 +148,10 @@ def verdicts(kl: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--ablation", action="store_true", help="add importance_keys (module docstring)")
     args = ap.parse_args()
+    if args.ablation:
+        register_ablation()
     started = time.perf_counter()
     kls, facts = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,11 +164,12 @@ def main() -> None:
     pooled = verdicts(kl.assign(pool="all seeds"), ["pool"]).drop(columns="pool").assign(seed="all")
     per_seed = verdicts(kl, ["seed"])
     table = pd.concat([pooled, per_seed], ignore_index=True).astype({"seed": str})
-    report(table, pd.DataFrame(facts).astype({"seed": str}), time.perf_counter() - started)
+    report(table, pd.DataFrame(facts).astype({"seed": str}), time.perf_counter() - started,
+           "patch_fidelity_ablation" if args.ablation else "patch_fidelity")
 
 
-def report(table: pd.DataFrame, facts: pd.DataFrame, elapsed: float) -> None:
-    """Print the pooled calls and write results/benchmarks/patch_fidelity.{csv,md}."""
+def report(table: pd.DataFrame, facts: pd.DataFrame, elapsed: float, name: str) -> None:
+    """Print the pooled calls and write results/benchmarks/<name>.{csv,md}."""
     pooled = table[table.seed == "all"]
     lines = []
     for other in AGAINST:
@@ -168,7 +191,7 @@ def report(table: pd.DataFrame, facts: pd.DataFrame, elapsed: float) -> None:
             + facts.to_markdown(index=False, floatfmt=".3f")
             + "\n\n## Importance against each method, pooled over the seeds, then per seed\n\n"
             + table.to_markdown(index=False, floatfmt=".4g"))
-    write_stamped(OUT, "patch_fidelity", table.merge(facts, how="left", on="seed"), body, float_format="%.6g")
+    write_stamped(OUT, name, table.merge(facts, how="left", on="seed"), body, float_format="%.6g")
     print("\n".join(lines))
 
 

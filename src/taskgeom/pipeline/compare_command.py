@@ -15,7 +15,7 @@ from pathlib import Path
 
 from taskgeom.pipeline import inspect_command
 from taskgeom.pipeline.inspect_command import non_negative_int, positive_int
-from taskgeom.prune.methods import NAMES as METHOD_NAMES  # imports no torch
+from taskgeom.prune.methods import METHODS  # imports no torch
 
 SHARED = ("weights", "model_args", "input_size", "images", "max_images", "linear", "threads")
 CHANGED = {"max_images": {"default": None, "help": "the first N images, sorted (default: every image)"},
@@ -45,8 +45,9 @@ def add_parser(sub) -> None:
     p.add_argument("--fit", required=True, metavar="DIR", help="the directory `taskgeom fit` wrote for this model")
     p.add_argument("--ratios", type=ratio, nargs="+", default=[0.25, 0.5, 0.75], metavar="ETA",
                    help="fractions of patch tokens removed, each in [0, 1) (default 0.25 0.5 0.75)")
-    p.add_argument("--methods", nargs="+", choices=METHOD_NAMES, metavar="METHOD",
-                   help=f"methods to compare (default: every one the model runs: {', '.join(METHOD_NAMES)})")
+    names = tuple(METHODS)  # the registry as it stands when the parser is built (methods added at run time too)
+    p.add_argument("--methods", nargs="+", choices=names, metavar="METHOD",
+                   help=f"methods to compare (default: every one the model runs: {', '.join(names)})")
     p.add_argument("--batch-size", type=positive_int, default=16, help="images per forward (default 16)")
     p.add_argument("--repeats", type=positive_int, default=5, help="timed rounds per setting (default 5)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="seeds random's draws (default 0)")
@@ -101,7 +102,7 @@ def _methods(args: argparse.Namespace, fitted, model) -> tuple[list[str], list[s
     from taskgeom.patching.patch import PatchError, check_fit, check_method
 
     struct, chosen, notes = structure(model), [], []
-    for name in args.methods or METHOD_NAMES:
+    for name in args.methods or tuple(METHODS):
         try:
             check_fit(fitted, struct, check_method(name))
             chosen.append(name)
