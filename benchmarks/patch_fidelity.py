@@ -14,7 +14,8 @@ defaults, and the rule. Importance *beats* a method at a ratio when its mean KL 
 3 × 64 (seed, image) pairs is lower and the two-sided paired Wilcoxon signed-rank test over those
 pairs gives p < 0.05; it *loses* when the mean is higher with p < 0.05; otherwise neither. Each
 seed's own means and p are in the CSV, with the model's held-out accuracy (chance is 1/20), the
-fit's held-out quality (the head's ρ against its targets and the position-only floor) and
+fit's held-out quality (the head's ρ against its targets and the position-only floor; the SPN's
+subspace alignment V1, trained and untrained, whose distance the importance merge uses) and
 ``taskgeom inspect``'s reading at the fit's block (κ_cap(r), token CV, regime; the inspected
 images are the fit's), which say whether a failure lies in the learned scores or in what the
 scores are asked to predict.
@@ -111,12 +112,14 @@ def one_seed(seed: int, root: Path) -> tuple[pd.DataFrame, dict]:
              *map(str, RATIOS), "--repeats", "1", "--out", str(root / "compare"))
     values = read_values(root / "compare" / "compare_per_image.csv.gz")
     kl = values[values.measure == "kl"][["method", "ratio", "image", "value"]].assign(seed=seed)
-    quality = json.loads((root / "fit" / "fit.json").read_text())["quality"]["head"]
+    quality = json.loads((root / "fit" / "fit.json").read_text())["quality"]
+    spn, quality = quality["spn"], quality["head"]
     probe = json.loads((root / "inspect" / "inspect.json").read_text())["probes"][0]
     facts = {"seed": seed, "accuracy": accuracy(model, scenes["rgb"][list(held)], scenes["label"][list(held)]),
              "layer": layer, "kappa_cap": probe["summary"]["kappa_cap"]["mean"],
              "token_cv": probe["summary"]["cv"]["mean"], "regime": probe["regime"],
              "rho": quality["rho"]["mean"], "rho_floor": quality["rho_position_only"]["mean"],
+             "spn_v1": spn["v1"]["mean"], "spn_v1_untrained": spn["v1_untrained"]["mean"],
              "verdict": quality["verdict"]}
     return kl, facts
 
