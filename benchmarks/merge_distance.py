@@ -6,7 +6,9 @@ The merge sends a removed token t to the kept patch token s minimising
 d(t, s)² = ‖diag(√λ) U_tᵀ (x_s − x_t)‖² + ε‖x_s − x_t‖² (``patching.pullback``): t's own block
 U_t of the SPN's modes, and the SPN's ε. Importance removes the tokens whose energy
 e_t = Σ_i λ_i ‖U_{t,i}‖² is lowest, so the low-rank term may be small for exactly those tokens.
-Per removed token this reports: the low-rank term's share of d(t, s)² at the chosen s; whether
+Per removed token this reports: its score and its share exp(score_t) / (exp(score_t) + exp(score_s))
+of the merged token (one token each; merging by key cosine gives each 1/2); the low-rank term's
+share of d(t, s)² at the chosen s; whether
 the chosen s is also t's nearest kept token in features (Euclidean); and how far the chosen s is
 in features, over the nearest kept token's distance (1 = the nearest).
 
@@ -70,7 +72,11 @@ def where_they_go(fitted, h: torch.Tensor, grid: Grid, ratio: float) -> pd.DataF
     share = 1 - (iso.gather(-1, chosen) / d2.gather(-1, chosen).clamp_min(1e-30))
     far = feature.gather(-1, chosen) / feature.min(dim=-1, keepdim=True).values.clamp_min(1e-30)
     nearest = chosen == feature.argmin(dim=-1, keepdim=True)
-    return pd.DataFrame({"ratio": ratio, "low_rank_share": share.flatten().numpy(),
+    w_t = scores.gather(1, drop).exp()                                                          # (B, k)
+    w_s = scores.gather(1, keep[:, prefix:]).exp().gather(1, chosen[..., 0])
+    return pd.DataFrame({"ratio": ratio, "score_removed": scores.gather(1, drop).flatten().numpy(),
+                         "removed_weight_share": (w_t / (w_t + w_s)).flatten().numpy(),
+                         "low_rank_share": share.flatten().numpy(),
                          "nearest_in_features": nearest.flatten().numpy(), "feature_distance_over_nearest":
                          far.flatten().numpy()})
 
@@ -95,6 +101,8 @@ def main() -> None:
     h = block_output(model, fitted.layer, x)
     rows = pd.concat([where_they_go(fitted, h, Grid(1, side, side), r) for r in RATIOS], ignore_index=True)
     table = rows.groupby("ratio").agg(removed=("low_rank_share", "size"),
+                                      score_removed_median=("score_removed", "median"),
+                                      removed_weight_share_median=("removed_weight_share", "median"),
                                       low_rank_share_median=("low_rank_share", "median"),
                                       nearest_in_features=("nearest_in_features", "mean"),
                                       feature_distance_over_nearest_median=("feature_distance_over_nearest", "median"),
@@ -102,8 +110,9 @@ def main() -> None:
                                                                          lambda v: v.quantile(0.9))).reset_index()
     header = (f"Importance's pullback merge on the world's ViT (model seed 0), block {fitted.layer}, {HELD_OUT} "
               f"held-out scenes, on {machine('cpu')}; one run of {time.perf_counter() - started:.0f} s. Per removed "
-              "token t and its chosen kept token s: the low-rank term's share of d(t, s)², whether s is t's nearest "
-              "kept token in features, and ‖x_s − x_t‖ over the nearest kept token's distance.\n\n")
+              "token t and its chosen kept token s: t's score and its weight's share of the merge, the low-rank "
+              "term's share of d(t, s)², whether s is t's nearest kept token in features, and ‖x_s − x_t‖ over the "
+              "nearest kept token's distance.\n\n")
     write_stamped(OUT, "merge_distance", table, header + table.to_markdown(index=False, floatfmt=".3g"),
                   float_format="%.6g")
     print(table.to_string(index=False))
