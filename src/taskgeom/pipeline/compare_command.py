@@ -9,7 +9,6 @@ directory, whose model the loaded one must be (``fitting.check_model``). Nothing
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -56,22 +55,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    try:
-        return _run(args)
-    except (ValueError, OSError) as exc:  # PatchError, FitMismatch, CheckpointError, Unsupported are ValueErrors
-        print(f"taskgeom: error: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}", file=sys.stderr)
-        return 2
-
-
-def code_version() -> str:
-    """The package version and the digest of the code ``compare`` runs (``codedeps``)."""
-    from taskgeom import __version__
-    from taskgeom.pipeline.codedeps import code_files
-    from taskgeom.pipeline.runtime import code_digest
-
-    return f"{__version__}+code.{code_digest(code_files('taskgeom.comparing.run'))[:16]}"
+    return inspect_command.offline(_run, args)
 
 
 def _linear(args: argparse.Namespace, fitted, digests: dict):
@@ -134,7 +118,7 @@ def _run(args: argparse.Namespace) -> int:
     root = Path(args.images).expanduser()
     names = [f.relative_to(root).as_posix() for f in files]
     provenance = {**inspect_command._provenance(args, files, names, cfg), "stage": "compare",
-                  "code_version": code_version()}
+                  "code_version": inspect_command.code_version("taskgeom.comparing.run")}
     linear = _linear(args, fitted, provenance["input"]["sha256"])
     methods, notes = _methods(args, fitted, model)
     trained_on = set(fitted.record.get("images", {}).get("train", [])) & set(names)

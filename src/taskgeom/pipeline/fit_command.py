@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -67,13 +66,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    try:
-        return _run(args)
-    except (ValueError, OSError) as exc:  # Unsupported, StoreError, CheckpointError, NonFiniteError are ValueErrors
-        print(f"taskgeom: error: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}", file=sys.stderr)
-        return 2
+    return inspect_command.offline(_run, args)
 
 
 def _logger() -> logging.Logger:
@@ -115,16 +108,6 @@ def _host(args: argparse.Namespace, model):
     return host, decoder, layer
 
 
-def code_version() -> str:
-    """The package version and the digest of the code ``fit`` runs (``codedeps``), as a stage's
-    provenance records it: the same code writes the same bytes at any commit."""
-    from taskgeom import __version__
-    from taskgeom.pipeline.codedeps import code_files
-    from taskgeom.pipeline.runtime import code_digest
-
-    return f"{__version__}+code.{code_digest(code_files('taskgeom.fitting.run'))[:16]}"
-
-
 def _model_record(args: argparse.Namespace, identity: dict, digests: dict, cfg: dict) -> dict:
     """fit.json's ``model``: what the user named, the digests of its files, and ``describe``'s identity."""
     record = {"family": identity["family"], "name": args.timm or Path(args.hf).expanduser().resolve().name,
@@ -157,7 +140,7 @@ def _run(args: argparse.Namespace) -> int:
     root = Path(args.images).expanduser()
     names = [f.relative_to(root).as_posix() for f in files]
     provenance = {**inspect_command._provenance(args, files, names, cfg), "stage": "fit",
-                  "code_version": code_version()}
+                  "code_version": inspect_command.code_version("taskgeom.fitting.run")}
     digests = provenance["input"]["sha256"]
     images = Images(names, [digests["images"]["files"][n] for n in names], lambda i: transform(read_rgb(files[i])))
     settings = {"r": args.r, "power_iters": args.power_iters, **TARGETS, "seed": args.seed, "held_out": count,

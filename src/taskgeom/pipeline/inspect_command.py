@@ -10,6 +10,7 @@ import copy
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -194,16 +195,31 @@ def _provenance(args: argparse.Namespace, files: list[Path], names: list[str], c
                                                  "preprocess": cfg, "sha256": _digests(args, files, names)}}
 
 
-def run(args: argparse.Namespace) -> int:
+def offline(work: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``work(args)`` with the Hugging Face hub offline (nothing is downloaded), a refusal (a
+    ValueError, such as ``Unsupported``, or an OSError) printed as one line and exit status 2:
+    how ``inspect``, ``fit`` and ``compare`` run."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    from taskgeom.inspection.hosts import Unsupported
-
     try:
-        return _run(args)
-    except (Unsupported, ValueError, FileNotFoundError, OSError) as exc:
-        print(f"taskgeom: error: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
+        return work(args)
+    except (ValueError, OSError) as exc:
+        print(f"taskgeom: error: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}", file=sys.stderr)
         return 2
+
+
+def code_version(module: str) -> str:
+    """The package version and the digest of the code ``module`` runs (``codedeps``), as a stage's
+    provenance records it: the same code writes the same bytes at any commit."""
+    from taskgeom import __version__
+    from taskgeom.pipeline.codedeps import code_files
+    from taskgeom.pipeline.runtime import code_digest
+
+    return f"{__version__}+code.{code_digest(code_files(module))[:16]}"
+
+
+def run(args: argparse.Namespace) -> int:
+    return offline(_run, args)
 
 
 def _run(args: argparse.Namespace) -> int:
