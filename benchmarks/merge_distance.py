@@ -26,9 +26,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 import torch.nn.functional as F_
-from patch_fidelity import FIT_IMAGES, HELD_OUT, taskgeom
+from patch_fidelity import FIT_IMAGES, HELD_OUT, fit_world_model
 from PIL import Image
-from safetensors.torch import save_file
 from stamp import write_stamped
 
 from taskgeom.fitting import load_fitted
@@ -85,13 +84,7 @@ def main() -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        scenes = world_vit.world_scenes(FIT_IMAGES + HELD_OUT)
-        fit_images = world_vit.write_scenes(root / "fit-images", scenes["rgb"], range(FIT_IMAGES))
-        model = world_vit.train_world_vit(0)
-        save_file(model.state_dict(), root / "model.safetensors")
-        taskgeom("fit", "--timm", world_vit.NAME, "--weights", str(root / "model.safetensors"), "--model-args",
-                 *world_vit.model_args(), "--threads", "1", "--images", str(fit_images), "--decoder", "logits",
-                 "--out", str(root / "fit"))
+        scenes, model, _, _ = fit_world_model(0, root)
         fitted = load_fitted(root / "fit")
         fitted.metric.head.eval()
         fitted.metric.spn.eval()

@@ -93,18 +93,27 @@ def accuracy(model: torch.nn.Module, rgb: np.ndarray, labels: np.ndarray) -> flo
         return float((model(x).argmax(-1).numpy() == labels).mean())
 
 
-def one_seed(seed: int, root: Path) -> tuple[pd.DataFrame, dict]:
-    """Train, fit and compare for one model seed: the per-image KL (method, ratio, image, value) and
-    the seed's facts (accuracy, the fit's held-out quality)."""
+def fit_world_model(seed: int, root: Path) -> tuple[dict[str, np.ndarray], torch.nn.Module, list[str], Path]:
+    """The world's ViT with model seed ``seed``, its weights under ``root``, fitted there by
+    ``taskgeom fit`` with its defaults (decoder logits) on the first ``FIT_IMAGES`` scenes into
+    ``root/fit``: the scenes (fit's, then the held-out ones), the model, its model flags, and the
+    folder of the fit's images."""
     scenes = world_vit.world_scenes(FIT_IMAGES + HELD_OUT)
     fit_images = world_vit.write_scenes(root / "fit-images", scenes["rgb"], range(FIT_IMAGES))
-    held = range(FIT_IMAGES, FIT_IMAGES + HELD_OUT)
-    held_images = world_vit.write_scenes(root / "held-out", scenes["rgb"], held)
     model = world_vit.train_world_vit(seed)
     save_file(model.state_dict(), root / "model.safetensors")
     flags = ["--timm", world_vit.NAME, "--weights", str(root / "model.safetensors"), "--model-args",
              *world_vit.model_args(), "--threads", "1"]
     taskgeom("fit", *flags, "--images", str(fit_images), "--decoder", "logits", "--out", str(root / "fit"))
+    return scenes, model, flags, fit_images
+
+
+def one_seed(seed: int, root: Path) -> tuple[pd.DataFrame, dict]:
+    """Train, fit and compare for one model seed: the per-image KL (method, ratio, image, value) and
+    the seed's facts (accuracy, the fit's held-out quality)."""
+    scenes, model, flags, fit_images = fit_world_model(seed, root)
+    held = range(FIT_IMAGES, FIT_IMAGES + HELD_OUT)
+    held_images = world_vit.write_scenes(root / "held-out", scenes["rgb"], held)
     layer = json.loads((root / "fit" / "fit.json").read_text())["layer"]
     taskgeom("inspect", *flags, "--images", str(fit_images), "--layers", str(layer), "--decoder", "logits",
              "--out", str(root / "inspect"))
