@@ -46,7 +46,7 @@ from taskgeom.prune.protocol import (
 from taskgeom.prune.redundancy import NEAR_DUPLICATE, near_duplicate_share
 from taskgeom.prune.tome import tome_score
 
-EXAMPLES = 4  # test images of the Figure 2 maps
+EXAMPLES = 4  # test images of the Figure 2 maps (fewer where the batch or the cached test split holds fewer)
 
 
 def shows_targets(ctx: StageContext, cfg: dict, resolution: int) -> bool:
@@ -66,20 +66,21 @@ def figure_maps(ctx: StageContext, host, cfg: dict, learned, base, x: torch.Tens
         raise ValueError(f"prune.dense: probe {cfg['probe']!r} must read one layer for the importance maps")
     layer = probe["layers"][0]
     key = f"q{ctx.params['learn']['targets']['power_iters']}/importance"
-    cached = target.read(("features", key), slice(0, EXAMPLES))
+    cached = target.read(("features", key), slice(0, min(EXAMPLES, len(x))))
+    n = len(cached["features"])  # the first test images that both the batch and the cached split hold
     with torch.no_grad():
-        states, tokens_ctx = forward_states(host, x[:EXAMPLES], layer)
+        states, tokens_ctx = forward_states(host, x[:n], layer)
         if not np.allclose(states[layer].cpu().numpy(), cached["features"], atol=1e-4):
             raise ValueError(f"{target.path}: its test features are not this model's layer-{layer} features of the "
                              "first test images; rebuild the targets")
-        idx = torch.arange(states[layer].shape[1]).expand(EXAMPLES, -1)
+        idx = torch.arange(states[layer].shape[1]).expand(n, -1)
         importance = learned.importance(states[layer], idx, base)[:, base.prefix:]
-        before = states[layer - 1] if layer > 0 else host.embed(x[:EXAMPLES])[0]
+        before = states[layer - 1] if layer > 0 else host.embed(x[:n])[0]
         _, stats = attention_block(host, layer, tokens_ctx).with_stats(before)
         tome = tome_score(stats.keys)[:, base.prefix:]
     truth = cached[key][:, base.prefix:]
     maps = {"importance": importance.numpy(), "tome_score": tome.numpy()}
-    return {"layer": layer, "grid": [base.rows, base.cols], "depth": depth[:EXAMPLES].tolist(),
+    return {"layer": layer, "grid": [base.rows, base.cols], "depth": depth[:n].tolist(),
             "target": truth.tolist(), **{k: v.tolist() for k, v in maps.items()},
             "rho": {k: [spearman(a, b) for a, b in zip(v, truth)] for k, v in maps.items()}}
 
