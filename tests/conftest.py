@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from filelock import FileLock
+from warm_cli import WarmCLI, ask_together
 
 from taskgeom.fixtures.paper_mini import MANIFEST
 from taskgeom.pipeline import server
@@ -75,10 +76,39 @@ def stage_server(env: dict[str, str]) -> str:
 TIMEOUT = 1800  # s: a guard against a hung command, not a speed target (a whole smoke DAG on a loaded machine)
 
 
+WARM_CLI: dict[str, WarmCLI] = {}
+
+
+def warm_cli(tool: str) -> WarmCLI:
+    """This worker's ``dvc`` or ``snakemake`` that imported its tool once (tests/warm_cli.py),
+    started at the first question and stopped at exit."""
+    if tool not in WARM_CLI:
+        WARM_CLI[tool] = WarmCLI(tool, REPO, tool_env())
+        atexit.register(WARM_CLI[tool].__exit__)
+    return WARM_CLI[tool]
+
+
+def question(cmd: list[str] | str) -> str | None:
+    """The tool of a command that only reads the repository (``snakemake -n …``, ``dvc status
+    …``), which a warm process answers; ``None`` for any other command."""
+    if isinstance(cmd, list) and cmd[:1] == ["snakemake"] and "-n" in cmd:
+        return "snakemake"
+    if isinstance(cmd, list) and cmd[:2] == ["dvc", "status"]:
+        return "dvc"
+    return None
+
+
 def run(cmd: list[str] | str, cwd: Path, check: bool = True, timeout: float = TIMEOUT, warm: bool = True,
         env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
     """Run a command in ``cwd`` (in ``env``, default ``tool_env(warm)``); on failure show its output
-    in the test report."""
+    in the test report. With ``warm`` and no ``env`` or other options, a question (``question``)
+    goes to this worker's warm tool."""
+    tool = question(cmd) if warm and env is None and not kw else None
+    if tool is not None:
+        (proc,) = ask_together([(warm_cli(tool), cmd[1:])], cwd)
+        if check:
+            succeeded(proc)
+        return proc
     proc = subprocess.run(cmd, cwd=cwd, env=env or tool_env(warm), capture_output=True, text=True, timeout=timeout,
                           shell=isinstance(cmd, str), **kw)
     if check:
@@ -89,22 +119,6 @@ def run(cmd: list[str] | str, cwd: Path, check: bool = True, timeout: float = TI
 def succeeded(proc: subprocess.CompletedProcess) -> None:
     if proc.returncode != 0:
         raise AssertionError(f"{proc.args} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
-
-
-def run_together(cmds: list[list[str]], cwd: Path, timeout: float = TIMEOUT) -> list[subprocess.CompletedProcess]:
-    """``run`` for commands that only read the repository, side by side."""
-    procs = [subprocess.Popen(cmd, cwd=cwd, env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for cmd in cmds]
-    try:
-        outputs = [proc.communicate(timeout=timeout) for proc in procs]
-    finally:
-        for proc in procs:  # one timed out: the others stop too
-            if proc.poll() is None:
-                proc.kill()
-    done = [subprocess.CompletedProcess(proc.args, proc.returncode, *out) for proc, out in zip(procs, outputs)]
-    for proc in done:
-        succeeded(proc)
-    return done
 
 
 def copy_repo(dest: Path, profile: str = "smoke") -> Path:
@@ -214,9 +228,12 @@ def pytest_configure(config: pytest.Config) -> None:
 # order) gives each worker (three on two cores) one file, then a second in the same order, and each
 # further file to a worker as it starts its last: the smoke run (test_pipeline), the paper-mini
 # run (which needs no smoke run) and the SLURM test (which mostly waits) start together, then
-# crash tests, incremental reruns and remotes; the suite ends on short files, not on a long one.
+# the other files of over about 30 s (results/benchmarks/suite_cost.md), longest first; the suite
+# ends on short files, not on a long one.
 LONGEST_FIRST = ("test_pipeline.py", "test_paper_mini_run.py", "test_slurm.py", "test_crash.py", "test_reruns.py",
-                 "test_remotes.py", "test_dvc_experiments.py", "test_server.py", "test_fixtures.py")
+                 "test_remotes.py", "test_one_truth.py", "test_failures.py", "test_compare.py",
+                 "test_dvc_experiments.py", "test_train.py", "test_fixtures.py", "test_hostile_input.py",
+                 "test_server.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -271,7 +288,10 @@ def dvc_stages(repo: Path) -> dict[str, dict]:
 def plans(repo: Path) -> tuple[set[str], set[str]]:
     """(the shell commands of the jobs ``snakemake -n`` plans, the stages ``dvc status`` finds
     changed), asked side by side."""
-    dry, status = run_together([["snakemake", "-n", "--printshellcmds"], ["dvc", "status", "--json"]], repo)
+    dry, status = ask_together([(warm_cli("snakemake"), ["-n", "--printshellcmds"]),
+                                (warm_cli("dvc"), ["status", "--json"])], repo)
+    succeeded(dry)
+    succeeded(status)
     lines = dry.stdout.splitlines()
     commands = {line.removeprefix("Shell command: ") for line in lines if line.startswith("Shell command: ")}
     return commands - {"None"}, set(json.loads(status.stdout or "{}"))  # "None": the rule `all`

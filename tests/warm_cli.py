@@ -1,5 +1,6 @@
 """``dvc`` and ``snakemake`` command lines run one after another in one interpreter, for tests that
-ask either front end many questions about one repository (tests/test_reruns.py).
+ask either front end questions (``dvc status``, ``snakemake -n``: tests/conftest.py's ``run``,
+tests/test_reruns.py).
 
 Each fresh ``dvc`` or ``snakemake`` process spends about a second importing its tool before it
 reads anything; a test that asks dozens of times pays that each time. ``WarmCLI(tool, cwd)``
@@ -8,8 +9,9 @@ sent through the tool's own entry point (``taskgeom.pipeline.dvc_atomic.main``, 
 environment's ``dvc`` launcher runs, or ``snakemake.cli.main``) with the process's standard
 output and error redirected to files, and sends back the exit status and both outputs. Each
 command builds its repository state afresh (DVC's ``Repo``, Snakemake's workflow), as a new
-process would. Protocol: one JSON line per command each way, on the process's stdin and on a
-copy of its stdout made before any command runs.
+process would, in the working directory it names (the process's own where it names none).
+Protocol: one JSON line per command each way (``{"argv", "cwd"}``; ``{"returncode", "stdout",
+"stderr"}``), on the process's stdin and on a copy of its stdout made before any command runs.
 """
 
 from __future__ import annotations
@@ -36,8 +38,12 @@ def entry_point(tool: str) -> Callable[[list[str]], int]:
     raise SystemExit(f"warm_cli: no entry point for {tool!r}")
 
 
-def captured(main: Callable[[list[str]], int], argv: list[str]) -> dict:
-    """``main(argv)`` with file descriptors 1 and 2 sent to files; its status and both outputs."""
+def captured(main: Callable[[list[str]], int], argv: list[str], cwd: str | None = None) -> dict:
+    """``main(argv)`` in ``cwd`` with file descriptors 1 and 2 sent to files; its status and both
+    outputs."""
+    home = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -55,6 +61,7 @@ def captured(main: Callable[[list[str]], int], argv: list[str]) -> dict:
             os.dup2(saved[1], 2)
             for fd in saved:
                 os.close(fd)
+            os.chdir(home)
         out.seek(0)
         err.seek(0)
         return {"returncode": code or 0, "stdout": out.read().decode(errors="replace"),
@@ -66,7 +73,8 @@ def serve(tool: str) -> None:
     replies = os.fdopen(os.dup(1), "w")
     main = entry_point(tool)
     for line in sys.stdin:
-        replies.write(json.dumps(captured(main, json.loads(line))) + "\n")
+        request = json.loads(line)
+        replies.write(json.dumps(captured(main, request["argv"], request["cwd"])) + "\n")
         replies.flush()
 
 
@@ -79,8 +87,8 @@ class WarmCLI:
         self.proc = subprocess.Popen([sys.executable, __file__, tool], cwd=cwd, env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
-    def send(self, argv: list[str]) -> None:
-        self.proc.stdin.write(json.dumps(argv) + "\n")
+    def send(self, argv: list[str], cwd: Path | None = None) -> None:
+        self.proc.stdin.write(json.dumps({"argv": argv, "cwd": None if cwd is None else str(cwd)}) + "\n")
         self.proc.stdin.flush()
 
     def receive(self, argv: list[str]) -> subprocess.CompletedProcess:
@@ -102,10 +110,12 @@ class WarmCLI:
             self.proc.wait()
 
 
-def ask_together(questions: list[tuple[WarmCLI, list[str]]]) -> list[subprocess.CompletedProcess]:
-    """Each (tool, argv) sent at once, so that the tools answer side by side; their answers."""
+def ask_together(questions: list[tuple[WarmCLI, list[str]]], cwd: Path | None = None
+                 ) -> list[subprocess.CompletedProcess]:
+    """Each (tool, argv) sent at once, run in ``cwd``, so that the tools answer side by side;
+    their answers."""
     for cli, argv in questions:
-        cli.send(argv)
+        cli.send(argv, cwd)
     return [cli.receive(argv) for cli, argv in questions]
 
 
