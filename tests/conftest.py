@@ -82,7 +82,7 @@ WARM_CLI: dict[str, WarmCLI] = {}
 def warm_cli(tool: str) -> WarmCLI:
     """This worker's ``dvc`` or ``snakemake`` that imported its tool once (tests/warm_cli.py),
     started at the first question and stopped at exit."""
-    if tool not in WARM_CLI:
+    if tool not in WARM_CLI or WARM_CLI[tool].proc.poll() is not None:  # (one that hung was killed)
         WARM_CLI[tool] = WarmCLI(tool, REPO, tool_env())
         atexit.register(WARM_CLI[tool].__exit__)
     return WARM_CLI[tool]

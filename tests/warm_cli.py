@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+ANSWER_TIMEOUT = 1800  # s: a guard against a hung command, not a speed target
 
 
 def entry_point(tool: str) -> Callable[[list[str]], int]:
@@ -91,7 +94,11 @@ class WarmCLI:
         self.proc.stdin.write(json.dumps({"argv": argv, "cwd": None if cwd is None else str(cwd)}) + "\n")
         self.proc.stdin.flush()
 
-    def receive(self, argv: list[str]) -> subprocess.CompletedProcess:
+    def receive(self, argv: list[str], timeout: float = ANSWER_TIMEOUT) -> subprocess.CompletedProcess:
+        """The answer to ``argv``; a process that gives none in ``timeout`` seconds is killed."""
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:  # (one line per question: none buffered)
+            self.proc.kill()
+            raise AssertionError(f"warm {self.tool} gave no answer to {argv} in {timeout:.0f} s: killed")
         line = self.proc.stdout.readline()
         if not line:
             raise AssertionError(f"warm {self.tool} exited ({self.proc.wait()}) before answering {argv}")
