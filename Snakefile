@@ -11,6 +11,7 @@ from snakemake.utils import min_version
 sys.path.insert(0, f"{workflow.basedir}/src")  # this checkout's registry, whatever is installed
 
 from taskgeom.pipeline import config as taskgeom_config
+from taskgeom.pipeline.code_records import refresh as refresh_code
 from taskgeom.pipeline.dag import snakemake_rule
 from taskgeom.pipeline.external import loops_refusal
 from taskgeom.pipeline.identity import refresh
@@ -47,6 +48,7 @@ except taskgeom_config.ParamsError as err:
     sys.exit(f"taskgeom: error: {err}")
 # the content of the data sets and checkpoints the profile reads from outside (pipeline/identity.py)
 IDENTITY = refresh(config)
+refresh_code()  # each stage's code dependency, data/code/<stage>.txt (pipeline/code_records.py)
 if workflow.is_main_process:  # not in a job that a cluster runs with its own `snakemake`
     follow_dvc(config)  # after `dvc repro`, `dvc checkout` or `dvc pull`: take DVC's state (pipeline/sync.py)
 

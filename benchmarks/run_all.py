@@ -55,7 +55,6 @@ ON_SMOKE_RUN = [  # REPO argument: a repository where the smoke profile's DAG ha
     ["crash_test.py"],
     ["fault_injection.py"],
     ["dvc_commit_cost.py"],
-    ["code_deps_cost.py"],
 ]
 SUITE = ["suite_cost.py", "--command", "make test"]
 

@@ -1,5 +1,5 @@
-"""Incremental runs of the smoke DAG under both front ends: a change under each parameter key
-reruns exactly the stages that read it, in DVC and in Snakemake alike, and a changed model or
+"""Incremental runs of the smoke DAG under both front ends: a change under each parameter key, and
+an edit of a module, reruns exactly the stages that read it, in DVC and in Snakemake alike, and a changed model or
 head hyperparameter reruns only what depends on it, after which the other front end has nothing
 to do. (Apart from tests/test_pipeline.py, so that pytest-xdist can run the two files on two
 workers.)"""
@@ -15,6 +15,8 @@ import yaml
 from conftest import SMOKE, copy_run, run, succeeded, tool_env
 from warm_cli import WarmCLI, ask_together
 
+from taskgeom.pipeline.registry import instances, stage
+
 pytestmark = pytest.mark.pipeline
 
 PROBES = [f"diagnose@{name}" for name in SMOKE["diagnose"]["probes"]]
@@ -27,6 +29,7 @@ PRUNE_DENSE = {f"prune-dense@{name}" for name in SMOKE["prune"]["dense"]}
 PRUNE_SPEED = {f"prune-speed@{name}" for name in SMOKE["prune"]["dense"]}
 RETRIEVAL = {f"retrieval@{name}" for name in SMOKE["retrieval"]}
 TABLES_OPENING_SOURCES = ("metric-tables", "prune-tables", "retrieval-tables")  # they read params' sources
+EDITED_MODULE = "src/taskgeom/prune/tome.py"  # imported by the pruning stages, not by diagnose
 PERTURB = {  # one change under each params key a stage declares, and the stages that read it
     "world": (lambda p: p["world"].update(seed=p["world"]["seed"] + 1), {"fetch"}),
     "sources.world-mv-test": (lambda p: p["sources"]["world-mv-test"].update(range=[0, 6]),
@@ -77,6 +80,20 @@ PERTURB = {  # one change under each params key a stage declares, and the stages
 }
 
 
+def planned(dry_run: str) -> dict[str, str]:
+    """DVC's name of each job of Snakemake's dry run, with the reason it gives."""
+    jobs = {}
+    for block in re.split(r"\n(?=(?:local)?rule )", dry_run):
+        lines = block.strip().splitlines()
+        rule = next((l.split()[1].rstrip(":") for l in lines if l.startswith(("rule ", "localrule "))), None)
+        if rule is None:
+            continue
+        wildcard = [l.split("=", 1)[1] for l in lines if l.startswith("    wildcards: ")]
+        jobs[rule.replace("_", "-") + "".join(f"@{w}" for w in wildcard)] = next(
+            (l for l in lines if l.startswith("    reason: ")), "")
+    return jobs
+
+
 def stages_reading_changed_params(dvc: WarmCLI, snakemake: WarmCLI) -> tuple[set[str], set[str], set[str]]:
     """(DVC's, Snakemake's) stages whose parameters changed, in DVC's stage names, and the
     Snakemake jobs that rerun because an input is newer: Snakemake names only that reason for
@@ -88,14 +105,7 @@ def stages_reading_changed_params(dvc: WarmCLI, snakemake: WarmCLI) -> tuple[set
     dvc = {s.split(":")[-1] for s in json.loads(status.stdout)}
     smk: set[str] = set()
     downstream: set[str] = set()
-    for block in re.split(r"\n(?=(?:local)?rule )", dry_run.stdout):
-        lines = block.strip().splitlines()
-        rule = next((l.split()[1].rstrip(":") for l in lines if l.startswith(("rule ", "localrule "))), None)
-        reason = next((l for l in lines if l.startswith("    reason: ")), "")
-        if rule is None:
-            continue
-        wildcard = [l.split("=", 1)[1] for l in lines if l.startswith("    wildcards: ")]
-        name = rule.replace("_", "-") + "".join(f"@{w}" for w in wildcard)
+    for name, reason in planned(dry_run.stdout).items():
         if "Params have changed" in reason:
             smk.add(name)
         elif "Input files updated by another job" in reason or "Updated input files" in reason:
@@ -119,6 +129,31 @@ def test_each_parameter_key_reruns_the_same_stages_in_both_front_ends(smoke: Pat
                 assert smk | (expected & downstream) == expected and smk <= expected, f"snakemake, {key}"
     finally:
         params_path.write_text(original)
+
+
+def test_editing_a_module_reruns_exactly_the_stages_that_import_it_in_both_front_ends(smoke: Path):
+    """A stage's code is one dependency, its record (pipeline/code_records.py), which each front
+    end rewrites before it decides: DVC finds the record changed, Snakemake the record newer."""
+    module = smoke / EDITED_MODULE
+    original = module.read_bytes()
+    expected = {s.address(v) for s, v in instances(SMOKE) if EDITED_MODULE in s.code}
+    assert expected and not expected >= {s.address(v) for s, v in instances(SMOKE) if s.name == "diagnose"}
+    try:
+        module.write_bytes(original + b"\n# an edit that changes no behaviour\n")
+        with WarmCLI("dvc", smoke, tool_env()) as dvc_cli, WarmCLI("snakemake", smoke, tool_env()) as snakemake_cli:
+            status, dry_run = ask_together([(dvc_cli, ["status", "--json"]), (snakemake_cli, ["-n"])])
+    finally:
+        module.write_bytes(original)
+    succeeded(status)
+    succeeded(dry_run)
+    changed = {name.split(":")[-1]: why for name, why in json.loads(status.stdout).items()}
+    assert set(changed) - {"check-params"} == expected
+    assert all(why == [{"changed deps": {stage(a.split("@")[0]).code_record: "modified"}}]
+               for a, why in changed.items() if a in expected), changed
+    jobs = planned(dry_run.stdout)  # a job downstream of another is planned for that reason alone
+    direct = {name for name, reason in jobs.items() if "data/code/" in reason}
+    assert direct <= expected <= set(jobs), (direct, set(jobs))
+    assert all("Input files updated by another job" in jobs[name] for name in set(jobs) - direct), jobs
 
 
 def test_changing_one_model_reruns_only_it_and_its_dependents(smoke_run: Path, tmp_path: Path):

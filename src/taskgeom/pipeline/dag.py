@@ -43,7 +43,7 @@ def dvc_stage(stage: Stage) -> dict:
     deps = list(dict.fromkeys(d.directory if isinstance(d, Collect) else dvc_path(d, stage)
                               for d in stage.deps.values()))
     name = "${key}" if stage.keyed else "${item}"
-    body = {"cmd": stage.command(name) if stage.wildcard else stage.command(), "deps": deps + list(stage.code)}
+    body = {"cmd": stage.command(name) if stage.wildcard else stage.command(), "deps": [*deps, stage.code_record]}
     if stage.params or stage.identity:
         body["params"] = [dvc_path(k, stage) for k in stage.params]
         body["params"] += [{IDENTITY: [dvc_path(k, stage) for k in stage.identity]}] if stage.identity else []
@@ -116,7 +116,7 @@ def snakemake_rule(name: str, params: dict, priorities: Mapping[str, int] | None
             inputs[key] = lambda wildcards, dep=dep: fill(dep, s, getattr(wildcards, s.wildcard), params)
         else:
             inputs[key] = dep
-    inputs["code"] = list(s.code)
+    inputs["code"] = s.code_record
 
     def values(wildcards) -> str:
         return rule_values(s, params, getattr(wildcards, s.wildcard) if s.wildcard else None, identity or {})

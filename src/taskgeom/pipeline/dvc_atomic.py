@@ -17,12 +17,14 @@ read RWLock-file". Here its writes go through ``atomic_path`` too. DVC makes the
 ``rwlock.lock``, so a temporary file that the holder of that lock finds beside the rwlock was left
 by a writer killed before its rename, and is removed.
 
-Before ``status``, ``repro``, ``exp``, ``pull`` and ``checkout``, the launcher stops with one line
-on what DVC would stop on with a traceback, or spend without end on (``refuse_unreadable``): a
-params.yaml ``taskgeom params check`` cannot read (not UTF-8, not YAML, or YAML aliases repeating
-more nodes than ``config.MAX_REPEATED_NODES``), and a symbolic link loop under data/ or results/.
+Before ``status``, ``repro``, ``exp``, ``pull``, ``checkout`` and ``commit``, the launcher stops
+with one line on what DVC would stop on with a traceback, or spend without end on
+(``refuse_unreadable``): a params.yaml ``taskgeom params check`` cannot read (not UTF-8, not
+YAML, or YAML aliases repeating more nodes than ``config.MAX_REPEATED_NODES``), and a symbolic
+link loop under data/ or results/.
 It then brings ``data/identity.yaml`` up to date (``refresh_identity``): DVC reads the content of
-the data sets and checkpoints that the stages read from outside the pipeline as parameters from it.
+the data sets and checkpoints that the stages read from outside the pipeline as parameters from it;
+and each stage's code record (``refresh_code``, ``code_records``), its one code dependency.
 
 DVC's run cache hashes a stage's dependencies before it runs it, even in ``dvc repro --dry``,
 where the outputs of the stages before it are not made: on a fresh clone the dry run stopped on
@@ -156,7 +158,8 @@ def patch_dvc() -> None:
     _yaml._dump_data = dump
 
 
-REFRESHING = ("status", "repro", "exp", "pull", "checkout")  # commands that read or restore the workspace
+# commands that read, record or restore the workspace
+REFRESHING = ("status", "repro", "exp", "pull", "checkout", "commit")
 
 
 def subcommand(argv: list[str]) -> str | None:
@@ -208,9 +211,23 @@ def refresh_identity(params: Any) -> None:
         folder.mkdir(parents=True, exist_ok=True)
 
 
+def refresh_code() -> None:
+    """In this project's DVC pipeline (a dvc.yaml ``taskgeom dvc-yaml`` wrote), rewrite the stages'
+    code records (``code_records``) whose code changed, so DVC sees the code as it is now."""
+    from taskgeom.pipeline.code_records import refresh
+    from taskgeom.pipeline.dag import DVC_HEADER
+
+    with open("dvc.yaml", encoding="utf-8", errors="replace") as spec:
+        ours = spec.read(len(DVC_HEADER)) == DVC_HEADER
+    if ours:
+        refresh()
+
+
 def main(argv: list[str]) -> int:
     if (params := refuse_unreadable(argv)) is not None:
         refresh_identity(params)
+    if subcommand(argv) in REFRESHING and Path("dvc.yaml").is_file():
+        refresh_code()
     patch_dvc()
     from dvc.cli import main as dvc_main
 

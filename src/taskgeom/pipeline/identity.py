@@ -12,11 +12,12 @@ place: docs/sharing.md). What the pipeline tracks is its content, in ``data/iden
 (``Stage.identity``): DVC records it in dvc.lock, Snakemake in its rule's params, so both rerun
 a stage instance exactly when the content it reads changes, and neither when the same bytes
 move. ``refresh`` recomputes the file before either front end decides (the Snakefile, the
-environment's ``dvc`` launcher for ``status``, ``repro``, ``exp``, ``pull`` and ``checkout``, and the ``check-params``
-stage, whose output it is, never cached); file digests are remembered by stat (``data.digests``),
-so an unchanged data set costs a stat per file. An entry whose files cannot be read keeps its
-recorded value, from this file or else from dvc.lock (a machine without a data set can still use
-results pulled from a teammate); the stage that reads it fails, naming the file, if it ever runs.
+environment's ``dvc`` launcher for ``status``, ``repro``, ``exp``, ``pull``, ``checkout`` and
+``commit``, and the ``check-params`` stage, whose output it is, never cached); file digests are
+remembered by stat (``data.digests``), so an unchanged data set costs a stat per file. An entry
+whose files cannot be read keeps its recorded value, from this file or else from dvc.lock (a
+machine without a data set can still use results pulled from a teammate); the stage that reads it
+fails, naming the file, if it ever runs.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from taskgeom.pipeline.codedeps import code_files
 from taskgeom.pipeline.config import get
 
 PARAMS_OK = "data/params.ok"  # check-params' output: DVC's guard against invalid params
+CODE_RECORD = "data/code/{stage}.txt"  # a stage's code by content (pipeline/code_records.py)
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,11 @@ class Stage:
     def code(self) -> tuple[str, ...]:
         """Source files whose change reruns the stage: its runner's import closure (``codedeps``)."""
         return code_files(self.runner)
+
+    @property
+    def code_record(self) -> str:
+        """Its one code dependency: the file that lists ``code`` by content (``code_records``)."""
+        return CODE_RECORD.format(stage=self.name)
 
     @property
     def log(self) -> str:

@@ -232,13 +232,13 @@ def stop_at_loop(root: Path, rel: str) -> None:
 
 def watched_files(params: dict) -> list[str]:
     """Every file of both DAGs under ``params`` but params.yaml: DVC's ``check-params`` guard,
-    and every Snakemake stage's outputs, inputs and code (DVC's stages' outputs and file
+    and every Snakemake stage's outputs, inputs and code record (DVC's stages' outputs and file
     dependencies are the same files: tests/test_front_ends.py)."""
     files = {PARAMS_OK}
     for stage, value in instances(params):
         inputs, outs = resolve(stage, params, value)
         files.update(str(p) for v in [*inputs.values(), *outs.values()] for p in (v if isinstance(v, list) else [v]))
-        files.update(stage.code)
+        files.add(stage.code_record)
     return sorted(files)
 
 
@@ -274,7 +274,7 @@ def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
         if not all((root / o).exists() for o in outs.values()):
             continue
         input_files = sorted(str(p) for v in inputs.values() for p in (v if isinstance(v, list) else [v]))
-        input_files = sorted([*input_files, *stage.code])
+        input_files = sorted([*input_files, stage.code_record])
         newest = max((root / f).stat().st_mtime_ns for f in input_files if (root / f).exists())
         address = stage.address(value)
         if address not in locked or not params_alone(stale.get(address, [])):
