@@ -3,9 +3,8 @@
 Each stage is one ``taskgeom STAGE`` subcommand, run by ``taskgeom.stages.<stage>`` (see
 ``stage.Stage``). Its named inputs, outputs and parameter keys are declared here once;
 ``dvc.yaml`` is generated from this table (``taskgeom dvc-yaml``) and the Snakefile's
-``stage_rule`` makes one Snakemake rule per stage through ``taskgeom.pipeline.dag``. The code a
-stage depends on is not declared: it is derived from its runner's imports (``codedeps``) and
-reaches both front ends as one file, its code record (``code_records``).
+``stage_rule`` makes one Snakemake rule per stage through ``taskgeom.pipeline.dag``. A stage's code
+is not declared: it is derived from its runner's imports (``codedeps``, ``code_records``).
 
 Each experiment stage also writes its headline figures (``results/metrics/<stage>/<item>.yaml``,
 declared DVC metrics) and the rows of its plots (``results/plots/<plot>/<item>.yaml``, declared
