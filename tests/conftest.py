@@ -81,29 +81,31 @@ WARM_CLI: dict[str, WarmCLI] = {}
 
 def warm_cli(tool: str) -> WarmCLI:
     """This worker's ``dvc`` or ``snakemake`` that imported its tool once (tests/warm_cli.py),
-    started at the first question and stopped at exit."""
+    started at the first command and stopped at exit."""
     if tool not in WARM_CLI or WARM_CLI[tool].proc.poll() is not None:  # (one that hung was killed)
         WARM_CLI[tool] = WarmCLI(tool, REPO, tool_env())
         atexit.register(WARM_CLI[tool].__exit__)
     return WARM_CLI[tool]
 
 
-def question(cmd: list[str] | str) -> str | None:
-    """The tool of a command that only reads the repository (``snakemake -n …``, ``dvc status
-    …``), which a warm process answers; ``None`` for any other command."""
+def warm_tool(cmd: list[str] | str) -> str | None:
+    """The tool whose warm process runs ``cmd``: ``dvc`` for any ``dvc`` command, ``snakemake``
+    for a dry run (``snakemake -n …``, which only reads); ``None`` for any other command."""
     if isinstance(cmd, list) and cmd[:1] == ["snakemake"] and "-n" in cmd:
         return "snakemake"
-    if isinstance(cmd, list) and cmd[:2] == ["dvc", "status"]:
+    if isinstance(cmd, list) and cmd[:1] == ["dvc"]:
         return "dvc"
     return None
 
 
 def run(cmd: list[str] | str, cwd: Path, check: bool = True, timeout: float = TIMEOUT, warm: bool = True,
-        env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
+        env: dict[str, str] | None = None, fresh: bool = False, **kw) -> subprocess.CompletedProcess:
     """Run a command in ``cwd`` (in ``env``, default ``tool_env(warm)``); on failure show its output
-    in the test report. With ``warm`` and no ``env`` or other options, a question (``question``)
-    goes to this worker's warm tool."""
-    tool = question(cmd) if warm and env is None and not kw else None
+    in the test report. With ``warm``, and no ``env``, timeout or other options, a ``warm_tool``
+    command goes to this worker's warm process of that tool, unless ``fresh`` asks for a process
+    of its own, as a user's command line starts."""
+    routed = warm and not fresh and env is None and timeout == TIMEOUT and not kw
+    tool = warm_tool(cmd) if routed else None
     if tool is not None:
         (proc,) = ask_together([(warm_cli(tool), cmd[1:])], cwd)
         if check:
