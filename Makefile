@@ -15,19 +15,17 @@ reproduce: venv
 	snakemake --cores $(CORES)
 
 # A file's tests on one pytest-xdist worker (its module fixtures built once, its tests in order).
-# `make test` runs one worker more than there are cores (`WORKERS=N`: another count), since the
-# SLURM, remote and crash tests spend much of their time waiting on daemons and killed processes;
-# it hands out the longest files
+# `make test` runs one worker more than there are cores, since the SLURM, remote and crash tests
+# spend much of their time waiting on daemons and killed processes; it hands out the longest files
 # first (tests/conftest.py), and the end-to-end tests share one smoke run. `make test-fast`: one
 # worker per core, xdist's order (most tests first).
 UNIT := not pipeline and not slurm
 XDIST := --dist loadfile
-WORKERS ?= $$(( $(CORES) + 1 ))
 
 # `make test SLURM=1` first brings up the one-node test cluster (root; Debian's packages), so the
 # SLURM tests run rather than skip and TASKGEOM_REQUIRE_SLURM makes a missing cluster a failure.
 test: venv lint $(if $(SLURM),slurm)
-	python -m pytest -q -n $(WORKERS) $(XDIST) --no-loadscope-reorder --durations=25
+	python -m pytest -q -n $$(( $(CORES) + 1 )) $(XDIST) --no-loadscope-reorder --durations=25
 
 test-fast: venv lint
 	python -m pytest -q -n $(CORES) $(XDIST) -m "$(UNIT) and not slow"
