@@ -1,7 +1,7 @@
 """Incremental runs of the smoke DAG under both front ends: a change under each parameter key, and
-an edit of a module, reruns exactly the stages that read it, in DVC and in Snakemake alike, and a changed model or
-head hyperparameter reruns only what depends on it, after which the other front end has nothing
-to do. (Apart from tests/test_pipeline.py, so that pytest-xdist can run the two files on two
+an edit of a module, reruns exactly the stages that read it, in DVC and in Snakemake alike, and a
+changed model or head hyperparameter reruns only what depends on it, after which the other front
+end has nothing to do. (Apart from tests/test_pipeline.py, so that pytest-xdist can run the two files on two
 workers.)"""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import SMOKE, copy_run, run, succeeded, tool_env
+from conftest import SMOKE, copy_run, run, succeeded, tool_env, warm_cli
 from warm_cli import WarmCLI, ask_together
 
 from taskgeom.pipeline.registry import instances, stage
@@ -140,8 +140,8 @@ def test_editing_a_module_reruns_exactly_the_stages_that_import_it_in_both_front
     assert expected and not expected >= {s.address(v) for s, v in instances(SMOKE) if s.name == "diagnose"}
     try:
         module.write_bytes(original + b"\n# an edit that changes no behaviour\n")
-        with WarmCLI("dvc", smoke, tool_env()) as dvc_cli, WarmCLI("snakemake", smoke, tool_env()) as snakemake_cli:
-            status, dry_run = ask_together([(dvc_cli, ["status", "--json"]), (snakemake_cli, ["-n"])])
+        status, dry_run = ask_together([(warm_cli("dvc"), ["status", "--json"]), (warm_cli("snakemake"), ["-n"])],
+                                       smoke)
     finally:
         module.write_bytes(original)
     succeeded(status)
