@@ -4,11 +4,11 @@ with each DVC file read and written once, whatever the number of targets.
 ``dvc commit`` commits its targets one at a time (``dvc.commands.commit``): each target takes the
 repository lock, collects its stages and rewrites the whole dvc.lock, which DVC parses for the
 update with ruamel's round-trip loader (pure Python, several times slower than its safe
-loader). With a lock file that lists every stage's dependencies, parameters and outputs,
-that is most of the Snakemake-to-DVC sync after a run of a few jobs (``benchmarks/dvc_commit_cost.py``). Here every
-target's stages are collected under one lock and committed as DVC's ``Repo.commit`` commits the
-stages of one target: saved (their hashes computed), their outputs cached, and then each DVC
-file's stages dumped in one write. Without targets, every stage. The writes are atomic
+loader). With a lock file that lists every stage's dependencies, parameters and outputs, that
+is most of the Snakemake-to-DVC sync after a run of a few jobs (``benchmarks/dvc_commit_cost.py``).
+Here every target's stages are collected under one lock and committed as DVC's ``Repo.commit``
+commits the stages of one target: saved (their hashes computed), their outputs cached, and then
+each DVC file's stages dumped in one write. Without targets, every stage. The writes are atomic
 (``dvc_atomic``). The repository lock is waited for, as with ``dvc --wait-for-lock``.
 """
 

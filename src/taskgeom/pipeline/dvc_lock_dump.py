@@ -2,8 +2,8 @@
 
 To record a stage, DVC rewrites the whole lock file (``dvc.dvcfile.Lockfile.dump_stages``,
 through ``modify_yaml``), rendered by ruamel's pure-Python round-trip emitter. A lock file lists
-every stage's dependencies and outputs with their hashes, so the whole render grows with the DAG and is repeated
-once per stage that ``dvc repro`` runs or restores. A lock file is ``schema`` followed by the
+every stage's dependencies and outputs with their hashes, so the whole render grows with the DAG
+and is repeated once per stage that ``dvc repro`` runs or restores. A lock file is ``schema`` followed by the
 ``stages`` mapping, and in a block mapping an entry's text depends only on its key, its value, its
 depth and, where a value holds one object twice (a YAML alias in params.yaml, recorded among the
 stage's parameters), on how many anchors the entries before it used: ruamel names anchors
