@@ -15,8 +15,8 @@ reproduce: venv
 	snakemake --cores $(CORES)
 
 # A file's tests on one pytest-xdist worker (its module fixtures built once, its tests in order).
-# `make test` runs one worker more than there are cores, since the SLURM, remote and crash tests
-# spend much of their time waiting on daemons and killed processes; it hands out the longest files
+# `make test` runs one worker more than there are cores, since the remote tests (and with LONG=1 the
+# SLURM and crash tests) spend much of their time waiting on daemons and killed processes; it hands out the longest files
 # first (tests/conftest.py), and the end-to-end tests share one smoke run. `make test-fast`: one
 # worker per core, xdist's order (most tests first).
 UNIT := not pipeline and not slurm
@@ -24,8 +24,10 @@ XDIST := --dist loadfile
 
 # `make test SLURM=1` first brings up the one-node test cluster (root; Debian's packages), so the
 # SLURM tests run rather than skip and TASKGEOM_REQUIRE_SLURM makes a missing cluster a failure.
+# `make test LONG=1` adds the tests marked `long` (pyproject.toml); CI runs `make test LONG=1 SLURM=1`.
 test: venv lint $(if $(SLURM),slurm)
-	python -m pytest -q -n $$(( $(CORES) + 1 )) $(XDIST) --no-loadscope-reorder --durations=25
+	python -m pytest -q -n $$(( $(CORES) + 1 )) $(XDIST) --no-loadscope-reorder --durations=25 \
+		$(if $(LONG),,-m "not long")
 
 test-fast: venv lint
 	python -m pytest -q -n $(CORES) $(XDIST) -m "$(UNIT) and not slow"

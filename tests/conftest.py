@@ -228,10 +228,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # The longest files first, in this order. pytest-xdist (`make test`: whole files, in collection
 # order) gives each worker (three on two cores) one file, then a second in the same order, and each
-# further file to a worker as it starts its last: the smoke run (test_pipeline), the paper-mini
-# run (which needs no smoke run) and the SLURM test (which mostly waits) start together, then
-# the other files of over about 30 s (results/benchmarks/suite_cost.md), longest first; the suite
-# ends on short files, not on a long one.
+# further file to a worker as it starts its last: the smoke run (test_pipeline) and, with LONG=1,
+# the paper-mini run (which needs no smoke run) and the SLURM test (which mostly waits) start
+# together, then the other files of over about 30 s (results/benchmarks/suite_cost.md), longest
+# first; the suite ends on short files, not on a long one.
 LONGEST_FIRST = ("test_pipeline.py", "test_paper_mini_run.py", "test_slurm.py", "test_crash.py", "test_reruns.py",
                  "test_remotes.py", "test_one_truth.py", "test_failures.py", "test_compare.py",
                  "test_dvc_experiments.py", "test_train.py", "test_fixtures.py", "test_hostile_input.py",

@@ -14,7 +14,7 @@ from conftest import REPO, copy_run, run
 sys.path.insert(0, str(REPO / "benchmarks"))
 from fault_injection import FAULTS  # noqa: E402 (found through the path above)
 
-pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
+pytestmark = [pytest.mark.pipeline, pytest.mark.slow, pytest.mark.long]
 
 
 def test_every_kill_is_survived_under_both_front_ends(smoke_run: Path, tmp_path: Path):

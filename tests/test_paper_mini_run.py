@@ -18,7 +18,7 @@ from conftest import copy_repo, copy_run, jobs, plans, run
 from taskgeom.artifacts.tables import read_table
 from taskgeom.stages.report import NO_ROWS
 
-pytestmark = pytest.mark.pipeline
+pytestmark = [pytest.mark.pipeline, pytest.mark.long]
 
 # report section title -> the CSV behind it; each must hold rows from this run
 PAPER_TABLES = {

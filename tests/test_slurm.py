@@ -169,6 +169,7 @@ def every_rule_cheaply(repo: Path) -> tuple[list[str], list[str], int]:
     return [first(i) for i in forced], sorted(jobs[fetch]["outputs"]), len(runs(forced))
 
 
+@pytest.mark.long
 def test_every_rule_through_slurm_gives_the_bytes_of_a_local_run(cluster: Cluster, smoke_run: Path,
                                                                 smoke_digests: dict, tmp_path: Path):
     """Every rule of the smoke DAG runs as a SLURM job and writes the bytes of the local run."""
