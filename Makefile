@@ -15,10 +15,10 @@ reproduce: venv
 	snakemake --cores $(CORES)
 
 # A file's tests on one pytest-xdist worker (its module fixtures built once, its tests in order).
-# `make test` runs one worker more than there are cores, since the remote tests (and with LONG=1 the
-# SLURM and crash tests) spend much of their time waiting on daemons and killed processes; it hands out the longest files
-# first (tests/conftest.py), and the end-to-end tests share one smoke run. `make test-fast`: one
-# worker per core, xdist's order (most tests first).
+# `make test` runs one worker more than there are cores, since the remote tests (and with LONG=1
+# the SLURM and crash tests) spend much of their time waiting on daemons and killed processes; it
+# hands out the longest files first (tests/conftest.py), and the end-to-end tests share one smoke
+# run. `make test-fast`: one worker per core, xdist's order (most tests first).
 UNIT := not pipeline and not slurm
 XDIST := --dist loadfile
 
