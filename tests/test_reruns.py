@@ -1,8 +1,8 @@
 """Incremental runs of the smoke DAG under both front ends: a change under each parameter key, and
 an edit of a module, reruns exactly the stages that read it, in DVC and in Snakemake alike, and a
 changed model or head hyperparameter reruns only what depends on it, after which the other front
-end has nothing to do. (Apart from tests/test_pipeline.py, so that pytest-xdist can run the two files on two
-workers.)"""
+end has nothing to do. (Apart from tests/test_pipeline.py, so that pytest-xdist can run the two
+files on two workers.)"""
 
 from __future__ import annotations
 

@@ -3,9 +3,9 @@
 To record a stage, DVC rewrites the whole lock file (``dvc.dvcfile.Lockfile.dump_stages``,
 through ``modify_yaml``), rendered by ruamel's pure-Python round-trip emitter. A lock file lists
 every stage's dependencies and outputs with their hashes, so the whole render grows with the DAG
-and is repeated once per stage that ``dvc repro`` runs or restores. A lock file is ``schema`` followed by the
-``stages`` mapping, and in a block mapping an entry's text depends only on its key, its value, its
-depth and, where a value holds one object twice (a YAML alias in params.yaml, recorded among the
+and is repeated once per stage that ``dvc repro`` runs or restores. A lock file is ``schema``
+followed by the ``stages`` mapping, and in a block mapping an entry's text depends only on its
+key, its value, its depth and, where a value holds one object twice (a YAML alias in params.yaml, recorded among the
 stage's parameters), on how many anchors the entries before it used: ruamel names anchors
 ``id001``, ``id002``, ... in document order. So the document is the render of ``{"schema": ...}``,
 then ``stages:``, then each entry rendered alone under ``stages:`` with its anchors renumbered

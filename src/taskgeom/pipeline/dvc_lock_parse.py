@@ -5,10 +5,10 @@ back (``dvc.dvcfile.Lockfile.dump_stages``, through ``dvc.utils.serialize.modify
 reads with ruamel's round-trip loader, which keeps comments and scalar styles for the dump and is
 pure Python, several times slower than ruamel's safe loader (libyaml). A lock file lists every
 stage's dependencies, parameters and outputs with their hashes, so ``dvc repro`` and ``dvc commit``
-spend much of their own time per stage in that parse. DVC writes dvc.lock itself, from plain dicts, with no comments:
-read with the safe loader, the file dumps to the same bytes (``tests/test_dvc_lock_parse.py``
-checks this on lock files DVC wrote), while dvc.yaml, which people edit and comment, keeps the
-round trip.
+spend much of their own time per stage in that parse. DVC writes dvc.lock itself, from plain
+dicts, with no comments: read with the safe loader, the file dumps to the same bytes
+(``tests/test_dvc_lock_parse.py`` checks this on lock files DVC wrote), while dvc.yaml, which
+people edit and comment, keeps the round trip.
 """
 
 from __future__ import annotations
