@@ -1,14 +1,16 @@
 """``taskgeom.patch`` / ``unpatch`` on tiny random-weight models of real architectures (timm ViT and
 EVA, transformers ViT, DINOv2 with registers, Depth Anything): η = 0 changes nothing, the patched
 model's own forward computes what the pipeline's reductions compute, the tokens kept are the ones
-a method scores highest, it runs under no_grad, inference_mode and bfloat16 autocast, gradients
-reach the backbone and not the fit, unpatch restores the model bit for bit, and every refusal is
-one line."""
+a method scores highest, a method that learns nothing computes the same patched with no fit, it
+runs under no_grad, inference_mode and bfloat16 autocast, gradients reach the backbone and not the
+fit, unpatch restores the model bit for bit, a fit patches its model with other weights and warns,
+and every refusal is one line (tests/test_patch_nofit.py: the patch with no fit, fine-tuned weights)."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,8 @@ from taskgeom.inspection.hosts import as_host
 from taskgeom.metric.head import ImportanceHead
 from taskgeom.metric.spn import SpectralPullbackNetwork
 from taskgeom.models.vit import Grid
-from taskgeom.patching import PatchError, patched
+from taskgeom.patching import PatchError, WeightsDiffer, patched
+from taskgeom.patching.families import structure
 from taskgeom.prune.cls_merge import merged_forward
 from taskgeom.prune.llf import pruned_forward
 from taskgeom.prune.methods import METHODS, NAMES
@@ -103,10 +106,22 @@ def test_ratio_zero_leaves_every_output_equal(vit, hf_models):
             taskgeom.unpatch(model)
 
 
+def same_without_fit(model: nn.Module, fit: Fitted, method: str, output, with_fit: torch.Tensor) -> None:
+    """A method that learns nothing, patched with no fit at the fit's block (same ratio, seed 0):
+    the first forward computes ``with_fit``, the first forward patched with the fit, bit for bit
+    (the same operations on the same tokens; the fit is never read)."""
+    if METHODS[method].learned:
+        return
+    taskgeom.patch(model, ratio=0.5, method=method, layer=fit.layer)
+    assert patched(model).fitted is None
+    assert torch.equal(output(), with_fit)
+
+
 @pytest.mark.parametrize("method", NAMES)
 def test_the_patched_forward_computes_the_pipelines_reduction(method, vit, hf_models):
     """timm: ``merged_forward`` (prune-cls); DINOv2 with registers: the same through the registry's
-    DINOv2 attention blocks; Depth Anything: ``pruned_forward`` with last-layer fusion (prune-dense)."""
+    DINOv2 attention blocks; Depth Anything: ``pruned_forward`` with last-layer fusion (prune-dense).
+    A method that learns nothing is given the pipeline no metric, and patched with no fit too."""
     from taskgeom.prune.hf_blocks import Dinov2AttentionBlock
 
     x, pixels = torch.randn(3, 3, 40, 48), torch.randn(2, 3, 28, 42)    # grids other than the fit's
@@ -116,18 +131,25 @@ def test_the_patched_forward_computes_the_pipelines_reduction(method, vit, hf_mo
     reg_host.pruning_block = lambda i, ctx, positions=None: Dinov2AttentionBlock(reg_host.layers[i])
     reg_fit = fitted_for(registers, 0, "cls", Grid(3, 4, 4), 32)
     depth_fit = fitted_for(depth, 1, "depth", Grid(1, 4, 4), 32, path="prune")
+    metric = (lambda f: f.metric) if METHODS[method].learned else (lambda f: None)
+    run = {"vit": lambda: vit(x), "registers": lambda: registers(pixel_values=pixels).last_hidden_state[:, 0],
+           "depth": lambda: depth(pixel_values=pixels).predicted_depth.flatten(1)}
     with torch.no_grad():
-        want = merged_forward(as_host(copy.deepcopy(vit)), "logits", x, 1, method, 0.5, fit.metric,
+        want = merged_forward(as_host(copy.deepcopy(vit)), "logits", x, 1, method, 0.5, metric(fit),
                               torch.Generator().manual_seed(0))
         taskgeom.patch(vit, fit, 0.5, method)
-        torch.testing.assert_close(vit(x), want, atol=1e-5, rtol=1e-4)
-        want = merged_forward(reg_host, "cls", pixels, 0, method, 0.5, reg_fit.metric, torch.Generator().manual_seed(0))
+        torch.testing.assert_close(got := run["vit"](), want, atol=1e-5, rtol=1e-4)
+        same_without_fit(vit, fit, method, run["vit"], got)
+        want = merged_forward(reg_host, "cls", pixels, 0, method, 0.5, metric(reg_fit),
+                              torch.Generator().manual_seed(0))
         taskgeom.patch(registers, reg_fit, 0.5, method)
-        torch.testing.assert_close(registers(pixel_values=pixels).last_hidden_state[:, 0], want, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(got := run["registers"](), want, atol=1e-5, rtol=1e-4)
+        same_without_fit(registers, reg_fit, method, run["registers"], got)
         want = pruned_forward(as_host(copy.deepcopy(depth)), "depth", pixels, [1], method, 0.5, True,
-                              depth_fit.metric, torch.Generator().manual_seed(0))
+                              metric(depth_fit), torch.Generator().manual_seed(0))
         taskgeom.patch(depth, depth_fit, 0.5, method)
-        torch.testing.assert_close(depth(pixel_values=pixels).predicted_depth.flatten(1), want, atol=1e-6, rtol=1e-4)
+        torch.testing.assert_close(got := run["depth"](), want, atol=1e-6, rtol=1e-4)
+        same_without_fit(depth, depth_fit, method, run["depth"], got)
     for model in (vit, registers, depth):
         taskgeom.unpatch(model)
 
@@ -145,9 +167,10 @@ def test_eva_runs_kept_tokens_with_their_rotary_rows():
             taskgeom.patch(eva, fit, 0.5, method)
             torch.testing.assert_close(eva(x), want, atol=1e-6, rtol=1e-4)
     for method in ("evit", "tome"):
-        with pytest.raises(PatchError) as err:
-            taskgeom.patch(eva, fit, 0.5, method)
-        assert "rotary" in one_line(err)
+        for with_fit in (dict(fit=fit), dict(layer=0)):
+            with pytest.raises(PatchError) as err:
+                taskgeom.patch(eva, ratio=0.5, method=method, **with_fit)
+            assert "rotary" in one_line(err)
 
 
 class FirstFeature(nn.Module):
@@ -243,18 +266,43 @@ def test_unpatch_restores_the_model_bit_for_bit(vit, hf_models):
 
 
 def test_a_fit_for_another_model_or_token_layout_is_refused_in_one_line(vit):
-    other_weights = timm_vit(global_pool="token")
-    with torch.no_grad():
-        other_weights.head.bias.add_(1.0)
+    deeper = timm_vit(depth=5, global_pool="token")
     wider = timm_vit(embed_dim=48, global_pool="token")
     registers = timm_vit(reg_tokens=2, global_pool="token")
     fit = fitted_for(vit, 1, "logits", Grid(1, 4, 4), 32)
-    for model, words in ((other_weights, "other weights"), (wider, "other token layout"),
-                         (registers, "other token layout")):
-        with pytest.raises(FitMismatch) as err:
-            taskgeom.patch(model, fit)
+    for model, words in ((deeper, "other architecture: this model has 5 blocks"),
+                         (wider, "other token layout: this model has tokens of width 48"),
+                         (registers, "other token layout: this model has 3 prefix tokens")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")                  # refused before anything is warned
+            with pytest.raises(FitMismatch) as err:
+                taskgeom.patch(model, fit)
         assert words in one_line(err)
-    assert patched(other_weights) is None
+        assert patched(model) is None
+
+
+def test_a_fit_patches_its_model_with_other_weights_and_warns_in_one_line(vit):
+    other_weights = timm_vit(global_pool="token")
+    with torch.no_grad():
+        other_weights.head.bias.add_(1.0)
+    fit = fitted_for(vit, 1, "logits", Grid(1, 4, 4), 32)
+    with pytest.warns(WeightsDiffer) as caught:
+        taskgeom.patch(other_weights, fit)
+    (warning,) = caught
+    assert warning.filename == __file__ and "\n" not in str(warning.message)
+    assert f"{describe(other_weights)['state_sha256']} now" in str(warning.message)
+    assert patched(other_weights).fitted is fit
+
+
+def test_with_no_fit_a_dense_model_takes_the_prune_path_before_its_last_read_block(hf_models):
+    depth = hf_models["depth"]
+    last = structure(depth).last
+    with pytest.raises(PatchError) as err:
+        taskgeom.patch(depth, ratio=0.5, method="tome", layer=last)
+    assert f"the decoder's last read block is {last}, and every token is back before it" in one_line(err)
+    taskgeom.patch(depth, ratio=0.5, method="tome", layer=last - 1)
+    assert patched(depth).structure.path == "prune" and patched(depth).fitted is None
+    taskgeom.unpatch(depth)
 
 
 def test_bad_settings_models_and_fits_are_refused_in_one_line(vit, hf_models, tmp_path):

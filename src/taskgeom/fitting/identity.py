@@ -15,12 +15,18 @@ A timm or transformers model is described (``describe``) by:
   (a bfloat16 checkpoint digests alike in bfloat16, float32 or float64) and on any device.
 
 ``check_model`` compares a model with the one a fit recorded, in that order, and raises
-``FitMismatch`` with one line naming the first difference.
+``FitMismatch`` with one line naming the first difference the fit cannot apply across: family or
+class, token layout (prefix tokens, width), architecture (blocks, heads, patch, grid, outputs),
+parameter names or shapes. A model that differs from the fitted one in its weights alone (the
+fitted model fine-tuned, say) is one the fit applies to, its head and SPN reading features of the
+same layout: ``check_model`` warns ``WeightsDiffer`` naming both state digests and returns that
+line, and the caller goes on.
 """
 
 from __future__ import annotations
 
 import hashlib
+import warnings
 from typing import Any
 
 import torch
@@ -35,6 +41,12 @@ LABELS = {"blocks": "{} blocks", "dim": "tokens of width {}", "heads": "{} atten
 
 class FitMismatch(ValueError):
     """A model that is not the one a fit was made for; the message is one line naming what differs."""
+
+
+class WeightsDiffer(UserWarning):
+    """The model is the fit's architecture and token layout with other weights (fine-tuned, say):
+    the fit applies, but its importance head and SPN were learned on the fitted weights' features.
+    The message is one line naming both state digests."""
 
 
 def family(model: nn.Module) -> str | None:
@@ -122,20 +134,8 @@ def _named(record: dict) -> str:
     return f"{record.get('family')} {record.get('class')}"
 
 
-def check_model(fitted: Any, model: nn.Module) -> None:
-    """Refuse a model other than the one ``fitted`` (``checkpoint.Fitted``) was made for.
-
-    Args:
-        fitted: the fit, whose ``model`` holds what ``describe`` gave at fit time.
-        model: a timm or transformers model object (not changed).
-
-    Raises:
-        FitMismatch: one line naming the first difference: family or class, structure (the token
-            layout: prefix tokens, width; or the architecture: blocks, heads, patch, grid, outputs),
-            parameter names or shapes, or weights.
-    """
-    where = f"{fitted.directory}/fit.json"
-    theirs = fitted.model
+def _check_kind(where: str, theirs: dict, model: nn.Module) -> None:
+    """FitMismatch unless ``model`` is of the fitted family and class."""
     kind = family(model)
     if kind is None:
         raise FitMismatch(f"{where}: {type(model).__name__} is neither a timm ViT/Eva nor a transformers model; the "
@@ -143,6 +143,10 @@ def check_model(fitted: Any, model: nn.Module) -> None:
     mine = {"family": kind, "class": model_class(model)}
     if (mine["family"], mine["class"]) != (theirs["family"], theirs["class"]):
         raise FitMismatch(f"{where}: this model is {_named(mine)}; the fit is for {_named(theirs)}")
+
+
+def _check_structure(where: str, theirs: dict, model: nn.Module) -> None:
+    """FitMismatch naming the first field of ``structure`` that differs, then parameter names or shapes."""
     shape = structure(model)
     for key, label in LABELS.items():
         if shape[key] != theirs["structure"][key]:
@@ -152,7 +156,49 @@ def check_model(fitted: Any, model: nn.Module) -> None:
     if signature_sha256(model) != theirs["signature_sha256"]:
         raise FitMismatch(f"{where}: other architecture: this model's parameter names or shapes differ from the "
                           f"fitted {_named(theirs)}'s")
-    digest = state_sha256(model)
-    if digest != theirs["state_sha256"]:
-        raise FitMismatch(f"{where}: other weights: this model's state digest is {digest[:12]}…, the fitted model's "
-                          f"{theirs['state_sha256'][:12]}…; fit these weights with `taskgeom fit`")
+
+
+def weights_note(fitted: Any, model: nn.Module) -> str | None:
+    """One line saying that ``model``'s weights are not the fitted ones, or None where they are.
+
+    Args:
+        fitted: the fit (``checkpoint.Fitted``), whose ``model`` holds the fitted ``state_sha256``.
+        model: a model that passed the architecture checks of ``check_model``.
+
+    Returns:
+        The line, naming the state digest at fit time and now (``state_sha256``), or None when the
+        digests are equal.
+    """
+    theirs, digest = fitted.model["state_sha256"], state_sha256(model)
+    if digest == theirs:
+        return None
+    nets = ("importance head and SPN were" if getattr(fitted.metric, "spn", None) is not None
+            else "importance head was")
+    return (f"{fitted.directory}/fit.json: this model's weights differ from the fitted {_named(fitted.model)}'s "
+            f"(state sha256 {theirs} at fit time, {digest} now); the fit's {nets} learned on the fitted "
+            "weights' features (`taskgeom fit` learns them on these)")
+
+
+def check_model(fitted: Any, model: nn.Module, *, warn: bool = True) -> str | None:
+    """Refuse a model the fit cannot apply to; say so where only its weights differ (module docstring).
+
+    Args:
+        fitted: the fit, whose ``model`` holds what ``describe`` gave at fit time.
+        model: a timm or transformers model object (not changed).
+        warn: warn ``WeightsDiffer`` with the returned line (False: the caller reports it).
+
+    Returns:
+        ``weights_note``: one line when the weights are not the fitted ones, else None.
+
+    Raises:
+        FitMismatch: one line naming the first difference: family or class, structure (the token
+            layout: prefix tokens, width; or the architecture: blocks, heads, patch, grid, outputs),
+            parameter names or shapes.
+    """
+    where = f"{fitted.directory}/fit.json"
+    _check_kind(where, fitted.model, model)
+    _check_structure(where, fitted.model, model)
+    note = weights_note(fitted, model)
+    if note is not None and warn:
+        warnings.warn(note, WeightsDiffer, stacklevel=2)
+    return note
