@@ -7,6 +7,7 @@ benchmarks/patch_fidelity.py."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from contextlib import redirect_stderr, redirect_stdout
@@ -50,6 +51,10 @@ def command(*argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def model_flags(weights: Path, args: dict) -> list[str]:
     return ["--timm", NAME, "--weights", str(weights), "--model-args", *[f"{k}={v}" for k, v in args.items()]]
 
@@ -62,8 +67,9 @@ def write_images(folder: Path, count: int, seed: int = 0) -> Path:
     return folder
 
 
-def fake_fit(model, directory: Path, spn: bool = True, decoder: str = "logits") -> Path:
-    """A fit directory of ``model`` at block 1 with random networks (what compare reads of a fit)."""
+def fake_fit(model, directory: Path, spn: bool = True, decoder: str = "logits", images: dict | None = None) -> Path:
+    """A fit directory of ``model`` at block 1 with random networks (what compare reads of a fit),
+    recording ``images`` as its images (training names and their sha256) when given."""
     torch.manual_seed(1)
     arch = {"head": {"kind": "importance_head", "tokens": 17, "dim": 32, "width": 16, "heads": 2, "layers": 1},
             "spn": {"kind": "spn", "tokens": 17, "dim": 32, "rank": 4, "width": 16, "depth": 1, "heads": 2}}
@@ -72,6 +78,7 @@ def fake_fit(model, directory: Path, spn: bool = True, decoder: str = "logits") 
         nets["spn"] = (SpectralPullbackNetwork(17, 32, 4, 16, 1, 2), arch["spn"])
     record = {"layer": 1, "decoder": decoder, "path": "merge", "model": describe(model), "quality": {},
               "layout": {"prefix": 1, "rows": 4, "cols": 4, "tokens": 17, "dim": 32}}
+    record |= {"images": images} if images else {}
     write_fit(directory, record, nets, {"stage": "test"})
     return directory
 
@@ -82,21 +89,26 @@ def tiny(tmp_path_factory):
     torch.manual_seed(0)
     save_file(timm.create_model(NAME, pretrained=False, **ARGS).state_dict(), root / "tiny.safetensors")
     model = build_timm(NAME, root / "tiny.safetensors", **ARGS)
-    return {"root": root, "flags": model_flags(root / "tiny.safetensors", ARGS), "images": write_images(root / "im", 8),
-            "fit": fake_fit(model, root / "fit"), "bare_fit": fake_fit(model, root / "bare", spn=False),
+    images = write_images(root / "im", 8)
+    # the fit trained on im0.png's bytes under another name, and on other bytes named im1.png
+    trained = {"train": ["elsewhere/renamed.png", "im1.png"], "train_sha256": [sha256(images / "im0.png"), "0" * 64]}
+    return {"root": root, "flags": model_flags(root / "tiny.safetensors", ARGS), "images": images,
+            "fit": fake_fit(model, root / "fit", images=trained), "bare_fit": fake_fit(model, root / "bare", spn=False),
             "linear_fit": fake_fit(model, root / "linear", decoder="linear")}
 
 
 def test_compare_writes_its_files_with_a_row_per_method_and_ratio(tiny):
     out = tiny["root"] / "out"
     code, stdout, err = command("compare", *tiny["flags"], "--images", str(tiny["images"]), "--fit", str(tiny["fit"]),
-                                "--ratios", "0.25", "0.5", *QUICK, "--out", str(out))
+                                "--ratios", "0.25:0.5:0.25", "0.5", *QUICK, "--out", str(out))
     assert code == 0, err[-2000:]
     df = read_table(out / "compare.csv")
     assert list(zip(df.method, df.ratio))[0] == ("unpatched", 0.0)
     assert sorted(zip(df.method[1:], df.ratio[1:])) == sorted((m, r) for m in NAMES for r in (0.25, 0.5))
     assert {"kl_mean", "kl_low", "kl_high", "top1_mean", "kl_p_vs_importance", "images_per_s", "images_per_s_min",
-            "images_per_s_max", "speedup", "flops", "flops_vs_unpatched"} <= set(df.columns)
+            "images_per_s_max", "speedup", "speedup_min", "speedup_max", "speedup_call", "flops",
+            "flops_vs_unpatched"} <= set(df.columns)
+    assert set(df.speedup_call) == {"reference", "one timed round: no speedup called"}    # --repeats 1
     rows = df.set_index(["method", "ratio"])
     patched = rows.drop(("unpatched", 0.0))
     assert (patched.kl_low <= patched.kl_mean).all() and (patched.kl_mean <= patched.kl_high).all()
@@ -109,16 +121,27 @@ def test_compare_writes_its_files_with_a_row_per_method_and_ratio(tiny):
     record = json.loads((out / "compare.json").read_text())
     assert record["decoder"] == "logits" and len(record["rows"]) == 11 and record["fit"]["layer"] == 1
     assert all(len(t["seconds"]) == 1 for t in record["timing"].values()) and record["batch"] == 4
+    assert record["settings"]["ratios"] == [0.25, 0.5] and len(record["pareto"]["rows"]) == 10
+    assert all(r["throughput_front"] is None for r in record["pareto"]["rows"])        # no speedup called
+    assert [c["budget"] for c in record["budgets"]["choices"][::len(NAMES)]] == record["budgets"]["grid"]
+    assert len(record["budgets"]["lines"]) == len(record["budgets"]["grid"])
+    md = (out / "compare.md").read_text()
+    assert "## Pareto fronts" in md and "## At a FLOP budget" in md and record["budgets"]["lines"][0] in md
     for name in ("compare.csv", "compare.md", "compare.json", "compare.png", "compare.pdf", "compare_per_image.csv.gz"):
         assert provenance.read(out / name)["stage"] == "compare"
     assert "importance" in stdout and "p vs importance" in stdout and f"wrote {out / 'compare.csv'}" in stdout
+    assert "throughput could not rank its settings" in stdout and "at ≤ 0.9 of the FLOPs: " in stdout
+    assert "note: 1 held-out image(s) have the same bytes (sha256)" in stdout     # im0.png, not im1.png
+    assert "im0.png = the fit's elsewhere/renamed.png" in stdout
 
 
 def test_what_compare_cannot_use_is_refused_in_one_line(tiny, tmp_path):
     torch.manual_seed(5)
+    deeper = {**ARGS, "depth": 5}
+    save_file(timm.create_model(NAME, pretrained=False, **deeper).state_dict(), tmp_path / "deeper.safetensors")
     save_file(timm.create_model(NAME, pretrained=False, **ARGS).state_dict(), tmp_path / "other.safetensors")
     base = ["--images", str(tiny["images"]), "--fit", str(tiny["fit"]), *QUICK, "--out", str(tmp_path / "o")]
-    cases = [(model_flags(tmp_path / "other.safetensors", ARGS), [], "other weights"),
+    cases = [(model_flags(tmp_path / "deeper.safetensors", deeper), [], "other architecture: this model has 5 blocks"),
              (tiny["flags"], ["--ratios", "1.0"], "--ratios: expected a fraction of patch tokens removed in [0, 1)"),
              (tiny["flags"], ["--methods", "nearest"], "--methods: invalid choice: 'nearest'"),
              (tiny["flags"], ["--fit", str(tmp_path / "none")], "no such file"),
@@ -132,6 +155,10 @@ def test_what_compare_cannot_use_is_refused_in_one_line(tiny, tmp_path):
                                 *QUICK, "--out", str(tmp_path / "bare"))
     assert code == 0 and "importance left out" in stdout, err
     assert "importance" not in set(read_table(tmp_path / "bare" / "compare.csv").method)
+    # other weights of the fit's architecture and layout: compared, and said so among the notes
+    code, stdout, err = command("compare", *model_flags(tmp_path / "other.safetensors", ARGS), *base[:4],
+                                "--ratios", "0.5", "--methods", "random", *QUICK, "--out", str(tmp_path / "other"))
+    assert code == 0 and "note: " in stdout and "weights differ from the fitted" in stdout, err
 
 
 def test_the_fidelity_measures_follow_their_definitions():
@@ -174,6 +201,8 @@ def test_fit_then_compare_then_patch_a_model_trained_on_the_world(world_model):
                                 "--power-iters", "1", "--steps", "150", "--spn-steps", "150", "--batch-size", "16",
                                 "--held-out", "4", "--threads", "1", "--out", str(root / "fit"))
     assert code == 0 and "Verdict: the head" in stdout, err[-2000:]
+    trained = json.loads((root / "fit" / "fit.json").read_text())["images"]
+    assert trained["train_sha256"] == [sha256(root / "fit-images" / name) for name in trained["train"]]
     code, stdout, err = command("compare", *flags, "--images", str(root / "held-out"), "--fit", str(root / "fit"),
                                 "--ratios", "0.5", "--methods", "random", "importance", "--batch-size", "16",
                                 "--repeats", "1", "--threads", "1", "--out", str(root / "compare"))

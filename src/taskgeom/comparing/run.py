@@ -6,7 +6,8 @@ its output is held to the unpatched model's by the decoder's measures (``fidelit
 each measure's mean gets its percentile bootstrap interval (``evaluate.stats.summarize``, 2000
 resamples, seed 0) and the paired Wilcoxon signed-rank p against importance at the same ratio
 (``evaluate.stats.wilcoxon_p``). Throughput is timed round-robin over every setting and the
-unpatched model on one batch (``timing.interleaved``); FLOPs per image by the flop counter
+unpatched model on one batch (``timing.interleaved``), and each setting's speedup read from the
+paired rounds with its call (``timing.speedup``); FLOPs per image by the flop counter
 (``evaluate.cost.count_flops``), the fit's networks included. Each setting's random draws start
 from ``seed``.
 """
@@ -24,7 +25,7 @@ from torch import Tensor, nn
 
 from taskgeom.comparing.fidelity import fidelity, measures
 from taskgeom.comparing.outputs import batches, decoder_output, timing_batch
-from taskgeom.comparing.timing import Throughput, interleaved
+from taskgeom.comparing.timing import Throughput, interleaved, speedup
 from taskgeom.evaluate.cost import count_flops
 from taskgeom.evaluate.stats import summarize, wilcoxon_p
 from taskgeom.patching.families import grid_of, structure
@@ -34,6 +35,8 @@ from taskgeom.prune.select import num_removed
 
 UNPATCHED = "unpatched"
 REFERENCE = "importance"
+COST_COLUMNS = ("images_per_s", "images_per_s_min", "images_per_s_max", "speedup", "speedup_min", "speedup_max",
+                "speedup_call", "flops", "flops_vs_unpatched")
 
 
 @dataclass
@@ -159,14 +162,16 @@ def _costs(comp: Comparison, model: nn.Module, settings: dict, x: Tensor, decode
     run = lambda: decoder_output(model, decoder, x, linear)   # noqa: E731
     comp.batch = x.shape[0]
     comp.timing = interleaved(settings, run, x.shape[0], repeats)
-    base = comp.timing[UNPATCHED].median
+    base = comp.timing[UNPATCHED]
     for row in comp.rows:
         name = setting_name(row["method"], row["ratio"])
         settings[name]()
         flops = count_flops(lambda: decoder_output(model, decoder, x[:1], linear), model)
         t = comp.timing[name]
+        s = speedup(t, base)
         row.update({"images_per_s": t.median, "images_per_s_min": t.low, "images_per_s_max": t.high,
-                    "speedup": t.median / base, "flops": flops})
+                    "speedup": s.median, "speedup_min": s.low, "speedup_max": s.high, "speedup_call": s.call,
+                    "flops": flops})
     unflops = comp.rows[0]["flops"]
     for row in comp.rows:
         row["flops_vs_unpatched"] = row["flops"] / unflops
@@ -180,7 +185,8 @@ def measure_columns(decoder: str) -> list[str]:
 
 def table(comp: Comparison) -> pd.DataFrame:
     """One row per setting (the unpatched model first): method, ratio, tokens, the measures
-    (``measure_columns``), images/s (median, min, max), speedup, FLOPs per image and their ratio.
+    (``measure_columns``), images/s (median, min, max), speedup (median, min, max of the paired
+    rounds, and its call), FLOPs per image and their ratio.
 
     Args:
         comp: the Comparison.
@@ -196,7 +202,6 @@ def table(comp: Comparison) -> pd.DataFrame:
             flat |= {f"{m.name}_{part}": summary.get(part, np.nan) for part in ("mean", "low", "high")}
         p = row.get(f"{measures(comp.decoder)[0].name}_p_vs_{REFERENCE}")
         flat[f"{measures(comp.decoder)[0].name}_p_vs_{REFERENCE}"] = np.nan if p is None else p
-        flat |= {k: row[k] for k in ("images_per_s", "images_per_s_min", "images_per_s_max", "speedup", "flops",
-                                     "flops_vs_unpatched")}
+        flat |= {k: row[k] for k in COST_COLUMNS}
         rows.append(flat)
     return pd.DataFrame(rows)

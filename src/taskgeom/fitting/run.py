@@ -104,6 +104,7 @@ def fit_model(host: ProbeHost, images: Images, out: str | Path, *, layer: int, d
     record = {"layer": layer, "decoder": decoder, "path": path, "layout": _layout(geom), "model": model,
               "images": {"sha256": combined(dict(zip(images.names, images.sha256))), "count": len(images.names),
                          "train": [images.names[i] for i in train_idx],
+                         "train_sha256": [images.sha256[i] for i in train_idx],
                          "held_out": [images.names[i] for i in held_idx]},
               "settings": {**settings, "spn": "spn" in networks, "head": train.HEAD, "spn_network": train.SPN},
               "quality": quality}

@@ -3,13 +3,17 @@ on held-out images (``taskgeom.comparing``; docs/patch.md).
 
 The model flags are ``inspect``'s own (its parser's actions are reused, as ``fit`` reuses them),
 loaded by ``inspect_command``'s loader with its one-line refusals; ``--fit`` names the fit
-directory, whose model the loaded one must be (``fitting.check_model``). Nothing is downloaded.
+directory, whose architecture and token layout the loaded model must have
+(``fitting.check_model``; other weights are compared and noted). Nothing is downloaded.
+``--ratios`` takes η values and ``START:STOP:STEP`` grids (``ratio_grid``). Held-out images whose
+bytes are among the fit's training images are noted (``training_overlap``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from taskgeom.pipeline import inspect_command
@@ -33,6 +37,59 @@ def ratio(text: str) -> float:
     return value
 
 
+def ratio_grid(text: str) -> tuple[float, ...]:
+    """An argparse type: one η, or ``START:STOP:STEP``, every START + i·STEP ≤ STOP (STOP included
+    when the steps reach it; each in [0, 1), rounded to 10 decimals)."""
+    if ":" not in text:
+        return (ratio(text),)
+    try:
+        start, stop, step = (float(x) for x in text.split(":"))
+    except ValueError:
+        start = stop = step = float("nan")
+    if not step > 0 or not start <= stop:
+        raise argparse.ArgumentTypeError(f"expected START:STOP:STEP with START <= STOP and STEP > 0, got {text!r}")
+    count = int((stop - start) / step + 1e-9) + 1
+    return tuple(ratio(f"{round(start + i * step, 10)!r}") for i in range(count))
+
+
+def ratios_of(values: Iterable[float | tuple[float, ...]]) -> list[float]:
+    """``--ratios`` flattened (each ``ratio_grid`` expanded), each η once, in the order given."""
+    flat = [x for v in values for x in (v if isinstance(v, tuple) else (v,))]
+    return list(dict.fromkeys(flat))
+
+
+def training_overlap(held_out: Mapping[str, str], images: Mapping) -> str | None:
+    """A note (one line) on held-out images that are among the fit's training images, or None.
+
+    By content where the fit records each training image's sha256 (``images["train_sha256"]``,
+    paired with ``images["train"]``): a held-out image counts when its bytes' sha256 is one of
+    them, whatever its name. A fit without them is compared by name, and the note says so.
+
+    Args:
+        held_out: each held-out image's name -> its file's sha256.
+        images: the fit record's ``images`` entry (``train`` names, maybe ``train_sha256``).
+
+    Returns:
+        The note, or None when nothing is found (or the fit records no training images).
+    """
+    train = list(images.get("train", []))
+    digests = images.get("train_sha256")
+    if digests is not None:
+        by_digest = dict(zip(digests, train))
+        same = sorted(name for name, sha in held_out.items() if sha in by_digest)
+        if not same:
+            return None
+        example = f"{same[0]} = the fit's {by_digest[held_out[same[0]]]}"
+        return (f"{len(same)} held-out image(s) have the same bytes (sha256) as the fit's training images "
+                f"(e.g. {example}); compare on held-out images")
+    if not train:
+        return None
+    named = set(train) & set(held_out)
+    found = (f"{len(named)} image name(s) are among them; compare on held-out images" if named
+             else "no image name is among them")
+    return f"the fit records no sha256 per training image, so they were compared by name only: {found}"
+
+
 def add_parser(sub) -> None:
     """The ``compare`` subcommand and its options."""
     p = sub.add_parser("compare", help="Patch your fitted model with every token-reduction method and ratio and "
@@ -42,8 +99,9 @@ def add_parser(sub) -> None:
                                    "docs/patch.md.")
     inspect_command.add_inspect_flags(p, SHARED, CHANGED)
     p.add_argument("--fit", required=True, metavar="DIR", help="the directory `taskgeom fit` wrote for this model")
-    p.add_argument("--ratios", type=ratio, nargs="+", default=[0.25, 0.5, 0.75], metavar="ETA",
-                   help="fractions of patch tokens removed, each in [0, 1) (default 0.25 0.5 0.75)")
+    p.add_argument("--ratios", type=ratio_grid, nargs="+", default=[0.25, 0.5, 0.75], metavar="ETA",
+                   help="fractions of patch tokens removed, each in [0, 1), or grids START:STOP:STEP "
+                        "(0.1:0.9:0.1 is 0.1, 0.2, ..., 0.9) (default 0.25 0.5 0.75)")
     names = tuple(METHODS)  # the registry as it stands when the parser is built (methods added at run time too)
     p.add_argument("--methods", nargs="+", choices=names, metavar="METHOD",
                    help=f"methods to compare (default: every one the model runs: {', '.join(names)})")
@@ -109,11 +167,12 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    args.ratios = ratios_of(args.ratios)
     fitted = load_fitted(args.fit)
     files = image_files(args.images, args.max_images)
     torch.manual_seed(int(fitted.record.get("settings", {}).get("seed", 0)))  # timm's init, as `fit` built it
     model, transform, cfg, _ = inspect_command._load(args)
-    check_model(fitted, model)
+    weights = check_model(fitted, model, warn=False)
     model.eval()
     root = Path(args.images).expanduser()
     names = [f.relative_to(root).as_posix() for f in files]
@@ -121,10 +180,8 @@ def _run(args: argparse.Namespace) -> int:
                   "code_version": inspect_command.code_version("taskgeom.comparing.run")}
     linear = _linear(args, fitted, provenance["input"]["sha256"])
     methods, notes = _methods(args, fitted, model)
-    trained_on = set(fitted.record.get("images", {}).get("train", [])) & set(names)
-    if trained_on:
-        notes.append(f"note: {len(trained_on)} image name(s) are among the fit's training images; compare on "
-                     "held-out images")
+    overlap = training_overlap(provenance["input"]["sha256"]["images"]["files"], fitted.record.get("images", {}))
+    notes += [f"note: {line}" for line in (weights, overlap) if line]
     images = [transform(read_rgb(f)) for f in files]
     progress = lambda it, **kw: tqdm(it, file=sys.stderr, leave=False, disable=None, **kw)  # noqa: E731
     comp = compare_model(model, fitted, images, names, ratios=args.ratios, methods=methods,
