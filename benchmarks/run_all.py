@@ -38,6 +38,7 @@ QUICK = [
     ["paper_estimate.py"],
     ["prune_speed.py"],
     ["patch_speed.py"],
+    ["patch_overhead.py"],
     ["patch_fidelity.py"],
     ["user_path.py"],
     ["diagnose_cost.py", "--no-probes", "--paper-scale", "--plain-vit"],

@@ -48,6 +48,23 @@ def spn_positions(spn: SpectralPullbackNetwork, base: Grid, grid: Grid) -> Tenso
     return position_table(spn.pos, grid.prefix, (base.rows, base.cols), (grid.rows, grid.cols))
 
 
+def trunk(spn: SpectralPullbackNetwork, base: Grid, grid: Grid, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The SPN's encodings of every token and its energies, as its ``forward`` computes them.
+
+    Args:
+        spn: the SPN, trained on ``base``.
+        base: its training grid.
+        grid: the images' grid.
+        x: (B, N, D) every token, in the SPN's dtype.
+
+    Returns:
+        z (B, N, w), λ (B, r) and ε (B,).
+    """
+    z = spn.encoder(spn.inp(x) + spn_positions(spn, base, grid))
+    e = spn.energy(z.mean(dim=1))
+    return z, F_.softplus(e[:, :-1]) + 1e-8, F_.softplus(e[:, -1]) + 1e-12
+
+
 def weights(spn: SpectralPullbackNetwork) -> tuple[Tensor, Tensor]:
     """W̃ as a (D, r·(w + 1)) matrix, and G = W̃ᵀW̃ (r, w + 1, r, w + 1) in float64 (module
     docstring); kept per SPN until its weights change.
@@ -83,6 +100,20 @@ def _factor(spn: SpectralPullbackNetwork, z: Tensor) -> Tensor | None:
     return torch.linalg.solve_triangular(chol.mT, eye, upper=True).to(z.dtype)
 
 
+def token_projections(spn: SpectralPullbackNetwork, x: Tensor) -> Tensor:
+    """Q_y (module docstring) of every token: Q[b, i, j, c] = Σ_d W̃[d, j, c] x[b, i, d].
+
+    Args:
+        spn: the SPN.
+        x: (B, N, D) tokens.
+
+    Returns:
+        (B, N, r, w + 1).
+    """
+    w_aug, _ = weights(spn)
+    return (x @ w_aug).reshape(*x.shape[:2], spn.rank, -1)
+
+
 def _projections(spn: SpectralPullbackNetwork, z: Tensor, x: Tensor, keep: Tensor, drop: Tensor,
                  inverse: Tensor | None) -> tuple[Tensor, Tensor]:
     """U_tᵀ x_s (B, k, K', r) for removed t, kept s, and U_tᵀ x_t (B, k, 1, r)."""
@@ -92,8 +123,7 @@ def _projections(spn: SpectralPullbackNetwork, z: Tensor, x: Tensor, keep: Tenso
         rows = U.gather(1, drop[..., None, None].expand(-1, -1, d, spn.rank))
         return torch.einsum("bkdr,bsd->bksr", rows, gather_tokens(x, keep)), \
             torch.einsum("bkdr,bkd->bkr", rows, gather_tokens(x, drop))[:, :, None]
-    w_aug, _ = weights(spn)
-    q = (x @ w_aug).reshape(b, n, spn.rank, -1)                           # Q_y for every token, (B, N, r, w+1)
+    q = token_projections(spn, x)                                         # Q_y for every token, (B, N, r, w+1)
     zt = gather_tokens(torch.cat([z, torch.ones_like(z[..., :1])], dim=-1), drop)   # (B, k, w+1)
     qs = q.gather(1, keep[..., None, None].expand(-1, -1, *q.shape[2:]))            # (B, K', r, w+1)
     qt = q.gather(1, drop[..., None, None].expand(-1, -1, *q.shape[2:]))            # (B, k, r, w+1)
@@ -121,9 +151,7 @@ def pullback_distance(spn: SpectralPullbackNetwork, base: Grid, grid: Grid, x: T
         (B, k, K − prefix) squared distances.
     """
     x = x.to(spn.modes.weight.dtype)
-    z = spn.encoder(spn.inp(x) + spn_positions(spn, base, grid))          # (B, N, w)
-    e = spn.energy(z.mean(dim=1))
-    lam, eps = F_.softplus(e[:, :-1]) + 1e-8, F_.softplus(e[:, -1]) + 1e-12
+    z, lam, eps = trunk(spn, base, grid, x)
     kept = keep[:, prefix:]
     cross, own = _projections(spn, z, x, kept, drop, _factor(spn, z))
     low_rank = ((cross - own).pow(2) * lam[:, None, None]).sum(dim=-1)
