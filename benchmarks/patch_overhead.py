@@ -17,8 +17,9 @@ counter's increase while its function runs, less what the other components insid
 
 - ``head``: the importance head scoring every token (``patching.reduce.scores_of``);
 - ``spn_trunk``: the SPN's encoder and energies (``patching.pullback.trunk``);
-- ``mode_rows``: the SPN's mode projection, the tokens' products with its weights
-  (``pullback.token_projections``, and ``pullback.mode_rows`` where the code has it);
+- ``mode_rows``: the SPN's mode projection: the removed tokens' mode rows (``pullback.mode_rows``)
+  or the tokens' products with its weights (``pullback.token_projections``), by ``pullback.route``
+  (the ``route`` column);
 - ``solve``: the moment Gram, its Cholesky factor and R⁻¹ (``pullback._factor``);
 - ``distance``: the rest of ``pullback.pullback_distance``: U_tᵀ(x_s − x_t), the energies, ε‖·‖²;
 - ``merge``: ``merge_into_nearest`` and the owners (gathers and scatters: no counted FLOPs).
@@ -217,13 +218,15 @@ def one_model(key: str) -> list[dict]:
                 model(x)
             compare = count_flops(lambda: model(x), model)
             once = once_per_fit(model)
+            removed, spn = num_removed(s.grid ** 2, ratio), patched(model).learned.spn
+            way = pullback.route(s.grid ** 2 - removed, removed, spn.dim, spn.rank, spn.modes.in_features)
             for every in (False, True):
                 total, parts = profile(model, x, every)
                 if not every and total != compare:
                     raise RuntimeError(f"{key} η {ratio}: the profile counts {total} FLOPs, count_flops {compare}")
                 base = unpatched[every]
                 rows.append({"model": key, "ratio": ratio, "count": "every" if every else "compare",
-                             "removed": num_removed(s.grid ** 2, ratio), "unpatched_gflops": base / 1e9,
+                             "removed": removed, "route": way, "unpatched_gflops": base / 1e9,
                              "patched_gflops": total / 1e9, "tome_score_gflops": tome / 1e9,
                              **{f"{name}_mflops": v / 1e6 for name, v in parts.items()},
                              "overhead_share": sum(parts.values()) / base, "target": TARGETS[key],
@@ -247,7 +250,7 @@ def summary(df: pd.DataFrame) -> list[str]:
 def shares_table(df: pd.DataFrame) -> str:
     """Markdown: each component's share of the unpatched FLOPs, in %, per model, η and count."""
     parts = [f"{name}_mflops" for name in COMPONENTS]
-    view = df[["model", "ratio", "count", "removed"]].copy()
+    view = df[["model", "ratio", "count", "removed", "route"]].copy()
     for col in parts:
         view[col.removesuffix("_mflops")] = 100 * df[col] * 1e6 / (df.unpatched_gflops * 1e9)
     view["total"] = 100 * df.overhead_share
