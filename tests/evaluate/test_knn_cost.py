@@ -33,6 +33,18 @@ def test_flops_of_a_linear_layer_and_of_attention():
     assert attn.fused_attn  # restored after counting
 
 
+def test_flops_of_a_torch_transformer_layer_on_its_fast_path():
+    """nn.TransformerEncoderLayer in eval mode under no_grad takes torch's fused fast path (the
+    importance head and the SPN do); every matrix product and the attention still count."""
+    layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, batch_first=True).eval()
+    x = torch.randn(1, 10, 16)
+    projections = 2 * 10 * 16 * (3 * 16) + 2 * 10 * 16 * 16
+    mlp = 2 * 10 * 16 * 32 * 2
+    attention = 2 * (2 * 2 * 10 * 10 * 8)
+    assert count_flops(lambda: layer(x)) == projections + mlp + attention
+    assert torch.backends.mha.get_fastpath_enabled()  # restored after counting
+
+
 def test_wall_clock_runs_every_function():
     calls = {"a": 0, "b": 0}
     times = interleaved_wall_clock({k: (lambda k=k: calls.__setitem__(k, calls[k] + 1)) for k in calls}, repeats=3)

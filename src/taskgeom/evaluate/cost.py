@@ -9,27 +9,41 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+
+CPU_ATTENTION = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
+
+def _cpu_attention(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    """The counter's FLOPs of scaled dot-product attention (its rule for the GPU kernels), for the CPU kernel."""
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
 def count_flops(fn: Callable[[], object], model: nn.Module | None = None) -> int:
-    """FLOPs of one call of ``fn``. The counter has no rule for the fused attention kernels on
-    CPU, so ``model``'s timm attention layers run the explicit softmax path while counting.
+    """FLOPs of one call of ``fn``, every layer counted. The counter has no rule for the fused
+    kernels that run on CPU: ``model``'s timm attention layers run the explicit softmax path,
+    ``torch.nn``'s transformer fast path (``torch.backends.mha``, which the importance head and
+    the SPN take under no_grad) is off, and the CPU attention kernel counts as the GPU ones do,
+    all restored after.
 
     Args:
         fn: the call to count, run once without gradients.
-        model: the module whose timm attention layers switch to the explicit path (restored after).
+        model: the module whose timm attention layers switch to the explicit path.
 
     Returns:
         The total FLOPs torch.utils.flop_counter counts.
     """
     fused = [m for m in (model.modules() if model is not None else ()) if getattr(m, "fused_attn", False)]
+    fast = torch.backends.mha.get_fastpath_enabled()
     for m in fused:
         m.fused_attn = False
+    torch.backends.mha.set_fastpath_enabled(False)
     try:
-        with FlopCounterMode(display=False) as counter, torch.no_grad():
+        with FlopCounterMode(display=False, custom_mapping={CPU_ATTENTION: _cpu_attention}) as counter, \
+                torch.no_grad():
             fn()
     finally:
+        torch.backends.mha.set_fastpath_enabled(fast)
         for m in fused:
             m.fused_attn = True
     return int(counter.get_total_flops())
