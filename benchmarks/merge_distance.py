@@ -19,15 +19,18 @@ Results: results/benchmarks/merge_distance.{csv,md}.
 
 from __future__ import annotations
 
+import io
 import tempfile
 import time
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F_
-from patch_fidelity import FIT_IMAGES, HELD_OUT, fit_world_model
 from PIL import Image
+from safetensors.torch import save_file
 from stamp import write_stamped
 
 from taskgeom.fitting import load_fitted
@@ -35,11 +38,38 @@ from taskgeom.fixtures import world_vit
 from taskgeom.inspection.inputs import timm_transform
 from taskgeom.models.vit import Grid
 from taskgeom.patching.pullback import pullback_distance, spn_positions
+from taskgeom.pipeline import cli
 from taskgeom.pipeline.runtime import machine
 from taskgeom.prune.select import gather_tokens, num_removed, split_lowest
 
 OUT = Path("results/benchmarks")
 RATIOS = (0.05, 0.5)
+FIT_IMAGES, HELD_OUT = 64, 64
+
+
+def taskgeom(*argv: str) -> str:
+    """``taskgeom ARGV`` in this process; its stdout. RuntimeError with its stderr if it fails."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = cli.main(list(argv))
+    if code:
+        raise RuntimeError(f"taskgeom {argv[0]} exited {code}: {err.getvalue()[-2000:]}")
+    return out.getvalue()
+
+
+def fit_world_model(seed: int, root: Path) -> tuple[dict[str, np.ndarray], torch.nn.Module, list[str], Path]:
+    """The world's ViT with model seed ``seed``, its weights under ``root``, fitted there by
+    ``taskgeom fit`` with its defaults (decoder logits) on the first ``FIT_IMAGES`` scenes into
+    ``root/fit``: the scenes (fit's, then the held-out ones), the model, its model flags, and the
+    folder of the fit's images."""
+    scenes = world_vit.world_scenes(FIT_IMAGES + HELD_OUT)
+    fit_images = world_vit.write_scenes(root / "fit-images", scenes["rgb"], range(FIT_IMAGES))
+    model = world_vit.train_world_vit(seed)
+    save_file(model.state_dict(), root / "model.safetensors")
+    flags = ["--timm", world_vit.NAME, "--weights", str(root / "model.safetensors"), "--model-args",
+             *world_vit.model_args(), "--threads", "1"]
+    taskgeom("fit", *flags, "--images", str(fit_images), "--decoder", "logits", "--out", str(root / "fit"))
+    return scenes, model, flags, fit_images
 
 
 def block_output(model: torch.nn.Module, layer: int, x: torch.Tensor) -> torch.Tensor:

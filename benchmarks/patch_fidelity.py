@@ -1,35 +1,35 @@
-"""Does importance keep a briefly trained model closer to itself than ToMe's score and random?
-The paper (Table 2, §7.3) says importance-guided merging has the lowest degradation at every
-ratio on CLS decoders; this measures it on the user's path, three times.
+"""Does importance keep a model that learned its task closer to itself than ToMe's score, at the
+same ratio and at the same FLOPs? The paper (Table 2, §7.3) says importance-guided merging has
+the lowest degradation at every ratio on CLS decoders; this measures it on the user's path.
 
-For each model seed 0, 1, 2: ``fixtures.world_vit.train_world_vit(seed)`` (a timm ViT trained for
-300 steps to classify the world's scenes), then the commands a user runs, with their defaults:
-``taskgeom fit`` (decoder ``logits``, its default block) on 64 scenes, ``taskgeom inspect`` at
-the fit's block on the same scenes, then ``taskgeom compare``
-with every method at the paper's ratios (0.05 … 0.5) on 64 other scenes. The fidelity measure is
-compare's primary one for logits: KL(p_unpatched ‖ p_patched) per image (lower is better).
+The models are ``fixtures.learned_vit``'s two architectures (``vit``: a CLS token; ``deit``: CLS
+and distillation tokens), each trained once to classify the world's 20 classes; their held-out
+top-1 is printed beside every figure. For each model, each block of ``LAYERS`` (``default``:
+the block ``taskgeom inspect`` prints, ⌊B/2⌋ − 1; ``late``: the last block after which a block
+still runs), each decoder of ``DECODERS`` and each seed of ``SEEDS``, the commands a user runs,
+with their defaults: ``taskgeom fit --layers L --decoder D --seed S`` on ``FIT_IMAGES`` scenes (a
+new set per seed), then ``taskgeom compare`` with every method and ``importance_keys`` (the
+destination ablation: importance's tokens merged as ``tome_score`` merges them, into the kept
+token nearest in attention-key cosine) at ``RATIOS`` on the same ``HELD_OUT`` other scenes. The
+primary measure is compare's: KL(p_unpatched ‖ p_patched) for logits, 100·(1 − cos) for the CLS
+embedding (lower is better).
 
-Chosen before the first run, and not changed after: the seeds, the ratios, the images, the fit's
-defaults, and the rule. Importance *beats* a method at a ratio when its mean KL over the
-3 × 64 (seed, image) pairs is lower and the two-sided paired Wilcoxon signed-rank test over those
-pairs gives p < 0.05; it *loses* when the mean is higher with p < 0.05; otherwise neither. Each
-seed's own means and p are in the CSV, with the model's held-out accuracy (chance is 1/20), the
-fit's held-out quality (the head's ρ against its targets and the position-only floor; the SPN's
-subspace alignment V1, trained and untrained, whose distance the importance merge uses) and
-``taskgeom inspect``'s reading at the fit's block (κ_cap(r), token CV, regime; the inspected
-images are the fit's), which say whether a failure lies in the learned scores or in what the
-scores are asked to predict.
+Chosen before the first run on these models, and not changed after: the models and their recipe,
+the seeds, layers, decoders, ratios, budgets, images, the fit's defaults, and the rules.
 
-``--ablation`` (added after the first run, in which importance lost to ToMe's score at every
-ratio, to say where the loss comes from) registers one more method, ``importance_keys``:
-importance's scores choose the tokens that go, and they are merged as ``random`` and
-``tome_score`` merge them (into the kept token nearest in attention-key cosine, size-weighted)
-instead of by the SPN's pullback distance with weights exp(score)·size. Its results go to
-results/benchmarks/patch_fidelity_ablation.{csv,md}; the rule and everything else are the same.
+- *At a ratio* in ``CALLED_RATIOS``: importance *beats* a method when its mean over the
+  (seed, image) pairs is lower and the two-sided paired Wilcoxon signed-rank test over those pairs
+  gives p < 0.05; it *loses* when higher with p < 0.05; otherwise neither.
+- *At a FLOP budget* b in ``BUDGETS``: each method's choice is its ratio with the lowest mean
+  over the (seed, image) pairs among those whose FLOPs per image are ≤ b of the unpatched model's
+  (FLOPs do not depend on the seed); importance's choice against ToMe's score's by the same rule.
+  Where importance does not beat it, the row gives the computed reason: importance's FLOPs above
+  ToMe's score's at the same ratio (its overhead: head, SPN and merge), and whether no importance
+  setting fits the budget, or one does and its mean is higher.
 
 Results: results/benchmarks/patch_fidelity.{csv,md}.
 
-    python benchmarks/patch_fidelity.py [--seeds 0 1 2] [--ablation]
+    python benchmarks/patch_fidelity.py [--archs vit deit] [--seeds 0 1 2]
 """
 
 from __future__ import annotations
@@ -40,37 +40,34 @@ import json
 import tempfile
 import time
 from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
-from safetensors.torch import save_file
 from stamp import write_stamped
 
 from taskgeom.artifacts.values import read_values
 from taskgeom.evaluate.stats import wilcoxon_p
-from taskgeom.fixtures import world_vit
-from taskgeom.inspection.inputs import timm_transform
+from taskgeom.fixtures import learned_vit, world_vit
 from taskgeom.pipeline import cli
 from taskgeom.pipeline.runtime import machine
+from taskgeom.prune import methods
 
 OUT = Path("results/benchmarks")
-RATIOS = [0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50]  # the paper's Table 2
-FIT_IMAGES, HELD_OUT = 64, 64
-AGAINST = ["tome_score", "random", "evit", "tome"]
-ABLATION = "importance_keys"
+RATIOS = [0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9]
+CALLED_RATIOS = [0.25, 0.5, 0.75]
+BUDGETS = [0.6, 0.7, 0.8, 0.9]
+DECODERS = {"logits": "kl", "cls": "degradation"}
+FIT_IMAGES, HELD_OUT, SEEDS = 128, 128, [0, 1, 2]
+HELD_START, FIT_START = world_vit.OTHER_START + 1000, world_vit.OTHER_START + 2000  # past the accuracy scenes
+ABLATION, AGAINST = "importance_keys", ["tome_score", "random", "evit", "tome", "importance_keys"]
 
 
 def register_ablation() -> None:
     """``importance_keys`` (module docstring) in the method registry, before compare's parser is built."""
-    from dataclasses import replace
-
-    from taskgeom.prune import methods
-
     methods.METHODS[ABLATION] = replace(methods.METHODS["importance"], name=ABLATION,
                                         label="importance, merged by key cosine", merge="keys")
-    AGAINST.append(ABLATION)
 
 
 def taskgeom(*argv: str) -> str:
@@ -83,54 +80,32 @@ def taskgeom(*argv: str) -> str:
     return out.getvalue()
 
 
-def accuracy(model: torch.nn.Module, rgb: np.ndarray, labels: np.ndarray) -> float:
-    """Top-1 accuracy of ``model`` on images rgb (S, H, W, 3) uint8 with their labels (S,)."""
-    from PIL import Image
-
-    transform, _ = timm_transform(model)
-    x = torch.stack([transform(Image.fromarray(a)) for a in rgb])
-    with torch.no_grad():
-        return float((model(x).argmax(-1).numpy() == labels).mean())
+def layers(depth: int) -> dict[str, int]:
+    """The module docstring's blocks of a model with ``depth`` blocks."""
+    return {"default": depth // 2 - 1, "late": depth - 2}
 
 
-def fit_world_model(seed: int, root: Path) -> tuple[dict[str, np.ndarray], torch.nn.Module, list[str], Path]:
-    """The world's ViT with model seed ``seed``, its weights under ``root``, fitted there by
-    ``taskgeom fit`` with its defaults (decoder logits) on the first ``FIT_IMAGES`` scenes into
-    ``root/fit``: the scenes (fit's, then the held-out ones), the model, its model flags, and the
-    folder of the fit's images."""
-    scenes = world_vit.world_scenes(FIT_IMAGES + HELD_OUT)
-    fit_images = world_vit.write_scenes(root / "fit-images", scenes["rgb"], range(FIT_IMAGES))
-    model = world_vit.train_world_vit(seed)
-    save_file(model.state_dict(), root / "model.safetensors")
-    flags = ["--timm", world_vit.NAME, "--weights", str(root / "model.safetensors"), "--model-args",
-             *world_vit.model_args(), "--threads", "1"]
-    taskgeom("fit", *flags, "--images", str(fit_images), "--decoder", "logits", "--out", str(root / "fit"))
-    return scenes, model, flags, fit_images
+def scenes_folder(root: Path, name: str, start: int, count: int) -> Path:
+    """``count`` world scenes from ``start`` at the models' resolution, as PNGs under ``root/name``."""
+    scenes = world_vit.world_scenes(count, start=start, resolution=learned_vit.RESOLUTION)
+    return world_vit.write_scenes(root / name, scenes["rgb"], range(count))
 
 
-def one_seed(seed: int, root: Path) -> tuple[pd.DataFrame, dict]:
-    """Train, fit and compare for one model seed: the per-image KL (method, ratio, image, value) and
-    the seed's facts (accuracy, the fit's held-out quality)."""
-    scenes, model, flags, fit_images = fit_world_model(seed, root)
-    held = range(FIT_IMAGES, FIT_IMAGES + HELD_OUT)
-    held_images = world_vit.write_scenes(root / "held-out", scenes["rgb"], held)
-    layer = json.loads((root / "fit" / "fit.json").read_text())["layer"]
-    taskgeom("inspect", *flags, "--images", str(fit_images), "--layers", str(layer), "--decoder", "logits",
-             "--out", str(root / "inspect"))
-    taskgeom("compare", *flags, "--images", str(held_images), "--fit", str(root / "fit"), "--ratios",
-             *map(str, RATIOS), "--repeats", "1", "--out", str(root / "compare"))
+def one_run(flags: list[str], held: Path, root: Path, layer: int, decoder: str, seed: int) -> tuple[pd.DataFrame, dict]:
+    """Fit and compare once: the per-image primary values (method, ratio, image, value) with each
+    setting's FLOPs share, and the fit's held-out quality."""
+    fit_images = scenes_folder(root, "fit-images", FIT_START + seed * FIT_IMAGES, FIT_IMAGES)
+    taskgeom("fit", *flags, "--images", str(fit_images), "--layers", str(layer), "--decoder", decoder,
+             "--seed", str(seed), "--out", str(root / "fit"))
+    taskgeom("compare", *flags, "--images", str(held), "--fit", str(root / "fit"), "--ratios", *map(str, RATIOS),
+             "--methods", "importance", *AGAINST, "--repeats", "1", "--out", str(root / "compare"))
+    measure = DECODERS[decoder]
     values = read_values(root / "compare" / "compare_per_image.csv.gz")
-    kl = values[values.measure == "kl"][["method", "ratio", "image", "value"]].assign(seed=seed)
-    quality = json.loads((root / "fit" / "fit.json").read_text())["quality"]
-    spn, quality = quality["spn"], quality["head"]
-    probe = json.loads((root / "inspect" / "inspect.json").read_text())["probes"][0]
-    facts = {"seed": seed, "accuracy": accuracy(model, scenes["rgb"][list(held)], scenes["label"][list(held)]),
-             "layer": layer, "kappa_cap": probe["summary"]["kappa_cap"]["mean"],
-             "token_cv": probe["summary"]["cv"]["mean"], "regime": probe["regime"],
-             "rho": quality["rho"]["mean"], "rho_floor": quality["rho_position_only"]["mean"],
-             "spn_v1": spn["v1"]["mean"], "spn_v1_untrained": spn["v1_untrained"]["mean"],
-             "verdict": quality["verdict"]}
-    return kl, facts
+    values = values[values.measure == measure][["method", "ratio", "image", "value"]]
+    flops = pd.read_csv(root / "compare" / "compare.csv")[["method", "ratio", "flops_vs_unpatched"]]
+    quality = json.loads((root / "fit" / "fit.json").read_text())["quality"]["head"]
+    return values.merge(flops, on=["method", "ratio"]), {"rho": quality["rho"]["mean"],
+                                                         "rho_floor": quality["rho_position_only"]["mean"]}
 
 
 def call(mean_importance: float, mean_other: float, p: float) -> str:
@@ -140,70 +115,124 @@ def call(mean_importance: float, mean_other: float, p: float) -> str:
     return "importance beats it" if mean_importance < mean_other else "importance loses"
 
 
-def verdicts(kl: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Per ratio (and per ``keys`` group), importance against each other method on paired images."""
+def paired(values: pd.DataFrame, a: tuple[str, float], b: tuple[str, float]) -> tuple[float, float, float, int]:
+    """Means of settings a and b = (method, ratio) over their (seed, image) pairs, the paired p, pairs."""
+    def of(s):
+        part = values[(values.method == s[0]) & np.isclose(values.ratio, s[1])]
+        return part.set_index(["seed", "image"]).value.sort_index()
+    x, y = of(a), of(b)
+    x, y = x.align(y, join="inner")
+    return float(x.mean()), float(y.mean()), wilcoxon_p(x.to_numpy(), y.to_numpy()), len(x)
+
+
+def at_ratios(values: pd.DataFrame) -> list[dict]:
+    """Importance against each method at each ratio of ``CALLED_RATIOS``."""
     rows = []
-    for group, part in kl.groupby(keys + ["ratio"]):
-        wide = part.pivot_table(index=["seed", "image"], columns="method", values="value")
+    for ratio in CALLED_RATIOS:
         for other in AGAINST:
-            if other not in wide:
-                continue
-            a, b = wide["importance"].to_numpy(), wide[other].to_numpy()
-            p = wilcoxon_p(a, b)
-            group = group if isinstance(group, tuple) else (group,)
-            rows.append({**dict(zip(keys + ["ratio"], group)), "against": other, "pairs": len(a),
-                         "kl_importance": a.mean(), "kl_other": b.mean(), "p": p,
-                         "call": call(a.mean(), b.mean(), p)})
-    return pd.DataFrame(rows)
+            mi, mo, p, n = paired(values, ("importance", ratio), (other, ratio))
+            rows.append({"view": "ratio", "ratio": ratio, "against": other, "pairs": n, "importance": mi,
+                         "other": mo, "p": p, "call": call(mi, mo, p)})
+    return rows
+
+
+def choice(values: pd.DataFrame, method: str, budget: float) -> float | None:
+    """The method's ratio with the lowest mean among those within ``budget`` of the FLOPs; None if none is."""
+    part = values[(values.method == method) & (values.flops_vs_unpatched <= budget + 1e-12)]
+    return None if part.empty else float(part.groupby("ratio").value.mean().idxmin())
+
+
+def overhead(values: pd.DataFrame) -> float:
+    """Importance's FLOPs share minus ToMe's score's at the same ratio, the median over ``RATIOS``."""
+    f = values.drop_duplicates(["method", "ratio"]).pivot(index="ratio", columns="method", values="flops_vs_unpatched")
+    return float((f["importance"] - f["tome_score"]).median())
+
+
+def at_budgets(values: pd.DataFrame) -> list[dict]:
+    """Importance against ToMe's score at each budget of ``BUDGETS`` (module docstring), with the reason."""
+    rows, extra = [], overhead(values)
+    for budget in BUDGETS:
+        ri, rt = choice(values, "importance", budget), choice(values, "tome_score", budget)
+        row = {"view": "budget", "budget": budget, "against": "tome_score", "ratio": ri, "ratio_other": rt,
+               "overhead": extra}
+        if ri is None or rt is None:
+            who = "importance" if ri is None else "tome_score"
+            rows.append(row | {"call": f"{who}: no setting within the budget",
+                               "reason": f"importance's overhead is {extra:.3f} of the unpatched FLOPs"
+                               if ri is None and rt is not None else "neither reaches the budget"})
+            continue
+        mi, mo, p, n = paired(values, ("importance", ri), ("tome_score", rt))
+        verdict = call(mi, mo, p)
+        reason = "" if verdict == "importance beats it" else (
+            f"tested and contrary: importance η {ri:g} (overhead {extra:.3f} of the FLOPs) has mean {mi:.4g} "
+            f"against ToMe score η {rt:g}'s {mo:.4g}, p {p:.2g}")
+        rows.append(row | {"pairs": n, "importance": mi, "other": mo, "p": p, "call": verdict, "reason": reason})
+    return rows
+
+
+def one_model(arch: str, seeds: list[int], root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every layer × decoder × seed of one learned model: its calls and its fits' quality."""
+    learned = learned_vit.learned_model(arch)
+    flags = ["--timm", learned.name, "--weights", str(learned.weights), "--model-args", *learned.model_args(),
+             "--threads", "1"]
+    held = scenes_folder(root, "held-out", HELD_START, HELD_OUT)
+    calls, facts = [], []
+    for (where, layer) in layers(learned.args["depth"]).items():
+        for decoder in DECODERS:
+            frames = []
+            for seed in seeds:
+                values, quality = one_run(flags, held, root / f"{where}-{decoder}-{seed}", layer, decoder, seed)
+                frames.append(values.assign(seed=seed))
+                facts.append({"arch": arch, "accuracy": learned.accuracy, "layer": layer, "where": where,
+                              "decoder": decoder, "seed": seed, **quality})
+                print(f"{arch} (top-1 {learned.accuracy:.3f}) block {layer} {decoder} seed {seed}: {quality}",
+                      flush=True)
+            values = pd.concat(frames, ignore_index=True)
+            key = {"arch": arch, "accuracy": learned.accuracy, "layer": layer, "where": where, "decoder": decoder,
+                   "measure": DECODERS[decoder]}
+            calls += [key | row for row in at_ratios(values) + at_budgets(values)]
+    return pd.DataFrame(calls), pd.DataFrame(facts)
+
+
+def summary(table: pd.DataFrame) -> list[str]:
+    """One line per (model, block, decoder): importance against ToMe's score at the ratios and budgets."""
+    lines = []
+    for (arch, acc, where, layer, decoder), part in table.groupby(["arch", "accuracy", "where", "layer", "decoder"],
+                                                                  sort=False):
+        ratio = part[(part.view == "ratio") & (part.against == "tome_score")]
+        budget = part[part.view == "budget"]
+        beats = lambda df: int((df.call == "importance beats it").sum())  # noqa: E731
+        lines.append(f"{arch} (held-out top-1 {acc:.3f}), block {layer} ({where}), {decoder}: importance beats "
+                     f"ToMe's score at {beats(ratio)} of {len(ratio)} ratios and {beats(budget)} of {len(budget)} "
+                     f"FLOP budgets; its destination against key cosine at the same tokens: "
+                     + ", ".join(f"η {r.ratio:g} {r.call}" for r in part[(part.view == 'ratio')
+                                                                         & (part.against == ABLATION)].itertuples()))
+    return lines
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--ablation", action="store_true", help="add importance_keys (module docstring)")
+    ap.add_argument("--archs", nargs="+", default=list(learned_vit.ARCHITECTURES), choices=learned_vit.ARCHITECTURES)
+    ap.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
     args = ap.parse_args()
-    if args.ablation:
-        register_ablation()
+    register_ablation()
     started = time.perf_counter()
-    kls, facts = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for seed in args.seeds:
-            kl, fact = one_seed(seed, Path(tmp) / f"seed{seed}")
-            kls.append(kl)
-            facts.append(fact)
-            print(f"seed {seed}: {fact}", flush=True)
-    kl = pd.concat(kls, ignore_index=True)
-    pooled = verdicts(kl.assign(pool="all seeds"), ["pool"]).drop(columns="pool").assign(seed="all")
-    per_seed = verdicts(kl, ["seed"])
-    table = pd.concat([pooled, per_seed], ignore_index=True).astype({"seed": str})
-    report(table, pd.DataFrame(facts).astype({"seed": str}), time.perf_counter() - started,
-           "patch_fidelity_ablation" if args.ablation else "patch_fidelity")
-
-
-def report(table: pd.DataFrame, facts: pd.DataFrame, elapsed: float, name: str) -> None:
-    """Print the pooled calls and write results/benchmarks/<name>.{csv,md}."""
-    pooled = table[table.seed == "all"]
-    lines = []
-    for other in AGAINST:
-        part = pooled[pooled.against == other]
-        counts = part.call.value_counts()
-        held = ", ".join(f"{r:g}" for r in part[part.call == "importance beats it"].ratio) or "none"
-        lines.append(f"importance against {other}: beats it at {counts.get('importance beats it', 0)} of "
-                     f"{len(part)} ratios ({held}), loses at {counts.get('importance loses', 0)}")
-    paper = pooled[pooled.against == "tome_score"]
-    holds = bool((paper.call == "importance beats it").all())
-    lines.append("the paper's claim (importance below ToMe's score at every CLS ratio): "
-                 + ("holds here" if holds else "does not hold here at every ratio"))
-    header = (f"taskgeom fit and compare, with their defaults, on the world's ViT (fixtures.world_vit) trained with "
-              f"model seeds {', '.join(map(str, facts.seed))}; {FIT_IMAGES} scenes to fit, {HELD_OUT} held-out scenes "
-              f"to compare; KL(unpatched ‖ patched) per image, lower is better. On {machine('cpu')}; one run of "
-              f"{elapsed:.0f} s. A call needs the paired Wilcoxon p < 0.05 over the (seed, image) pairs.\n\n")
+        parts = [one_model(arch, args.seeds, Path(tmp) / arch) for arch in args.archs]
+    table, facts = (pd.concat(p, ignore_index=True) for p in zip(*parts))
+    lines = summary(table)
+    header = (f"taskgeom fit and compare, with their defaults, on fixtures.learned_vit's models (held-out top-1 "
+              f"printed; chance 0.05) at two blocks and two decoders, fit seeds {', '.join(map(str, args.seeds))}; "
+              f"{FIT_IMAGES} scenes to fit (a new set per seed), {HELD_OUT} held-out scenes to compare; the "
+              f"primary measure per image, lower is better. On {machine('cpu')}; one run of "
+              f"{time.perf_counter() - started:.0f} s. A call needs the paired Wilcoxon p < 0.05 over the "
+              f"(seed, image) pairs.\n\n")
     body = (header + "\n".join(f"- {line}" for line in lines)
-            + "\n\n## Each model: held-out accuracy and the fit's held-out quality\n\n"
+            + "\n\n## Each fit: the head's held-out ρ against its targets and the position-only floor\n\n"
             + facts.to_markdown(index=False, floatfmt=".3f")
-            + "\n\n## Importance against each method, pooled over the seeds, then per seed\n\n"
+            + "\n\n## Importance against each method at a ratio, and against ToMe's score at a FLOP budget\n\n"
             + table.to_markdown(index=False, floatfmt=".4g"))
-    write_stamped(OUT, name, table.merge(facts, how="left", on="seed"), body, float_format="%.6g")
+    write_stamped(OUT, "patch_fidelity", table, body, float_format="%.6g")
     print("\n".join(lines))
 
 
