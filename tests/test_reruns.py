@@ -1,8 +1,8 @@
 """Incremental runs of the smoke DAG under both front ends: a change under each parameter key, and
-an edit of a module, reruns exactly the stages that read it, in DVC and in Snakemake alike, and a
-changed model or head hyperparameter reruns only what depends on it, after which the other front
-end has nothing to do. (Apart from tests/test_pipeline.py, so that pytest-xdist can run the two
-files on two workers.)"""
+an edit of a module's code, reruns exactly the stages that read it, in DVC and in Snakemake alike,
+a comment reruns nothing, and a changed model or head hyperparameter reruns only what depends on
+it, after which the other front end has nothing to do. (Apart from tests/test_pipeline.py, so that
+pytest-xdist can run the two files on two workers.)"""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ PRUNE_SPEED = {f"prune-speed@{name}" for name in SMOKE["prune"]["dense"]}
 RETRIEVAL = {f"retrieval@{name}" for name in SMOKE["retrieval"]}
 TABLES_OPENING_SOURCES = ("metric-tables", "prune-tables", "retrieval-tables")  # they read params' sources
 EDITED_MODULE = "src/taskgeom/prune/tome.py"  # imported by the pruning stages, not by diagnose
+CODE_EDIT = b"\nEDITED = 1  # a module-level constant: new code, which may change a result\n"
+COMMENTED_MODULE = "src/taskgeom/metric/head_fit.py"  # imported by head, whose outputs most stages read
 PERTURB = {  # one change under each params key a stage declares, and the stages that read it
     "world": (lambda p: p["world"].update(seed=p["world"]["seed"] + 1), {"fetch"}),
     "sources.world-mv-test": (lambda p: p["sources"]["world-mv-test"].update(range=[0, 6]),
@@ -139,7 +141,7 @@ def test_editing_a_module_reruns_exactly_the_stages_that_import_it_in_both_front
     expected = {s.address(v) for s, v in instances(SMOKE) if EDITED_MODULE in s.code}
     assert expected and not expected >= {s.address(v) for s, v in instances(SMOKE) if s.name == "diagnose"}
     try:
-        module.write_bytes(original + b"\n# an edit that changes no behaviour\n")
+        module.write_bytes(original + CODE_EDIT)
         status, dry_run = ask_together([(warm_cli("dvc"), ["status", "--json"]), (warm_cli("snakemake"), ["-n"])],
                                        smoke)
     finally:
@@ -154,6 +156,24 @@ def test_editing_a_module_reruns_exactly_the_stages_that_import_it_in_both_front
     direct = {name for name, reason in jobs.items() if "data/code/" in reason}
     assert direct <= expected <= set(jobs), (direct, set(jobs))
     assert all("Input files updated by another job" in jobs[name] for name in set(jobs) - direct), jobs
+
+
+def test_a_comment_in_a_module_reruns_nothing_in_either_front_end(smoke_run: Path, tmp_path: Path):
+    """The code digest leaves comments out (pipeline/code_digest.py): a comment appended to a
+    module leaves every stage's record as it was, so neither front end plans any stage (the
+    comment once reran the module's importer and, through the code version in its outputs' bytes,
+    every stage downstream)."""
+    repo = copy_run(smoke_run, tmp_path / "repo")
+    records = {p: p.read_bytes() for p in (repo / "data/code").glob("*.txt")}
+    module = repo / COMMENTED_MODULE
+    assert any(COMMENTED_MODULE in s.code for s, _ in instances(SMOKE))
+    module.write_bytes(module.read_bytes() + b"\n# a comment that changes no behaviour\n")
+    status, dry_run = ask_together([(warm_cli("dvc"), ["status", "--json"]), (warm_cli("snakemake"), ["-n"])], repo)
+    succeeded(status)
+    succeeded(dry_run)
+    assert json.loads(status.stdout) == {}
+    assert planned(dry_run.stdout) == {}, dry_run.stdout[-4000:]
+    assert {p: p.read_bytes() for p in (repo / "data/code").glob("*.txt")} == records
 
 
 def test_changing_one_model_reruns_only_it_and_its_dependents(smoke_run: Path, tmp_path: Path):

@@ -18,6 +18,7 @@ from typing import TypeVar
 from tqdm import tqdm
 
 from taskgeom import __version__
+from taskgeom.pipeline.code_digest import file_digest, save_digests
 
 T = TypeVar("T")
 
@@ -39,12 +40,14 @@ def code_version() -> str:
 @cache
 def code_digest(files: tuple[str, ...]) -> str:
     """sha256 over ``files`` (paths relative to the directory that holds the package, as
-    ``Stage.code`` lists them), each as its path, its content's sha256 and a newline, in sorted
-    order: the code a stage imports, whatever commit or working tree it came from."""
+    ``Stage.code`` lists them), each as its path, its code digest (``code_digest.file_digest``:
+    comments, layout and docstrings do not count) and a newline, in sorted order: the code a stage
+    imports, whatever commit or working tree it came from."""
     root = Path(__file__).resolve().parents[2].parent
     digest = hashlib.sha256()
     for rel in sorted(files):
-        digest.update(f"{rel} {hashlib.sha256((root / rel).read_bytes()).hexdigest()}\n".encode())
+        digest.update(f"{rel} {file_digest(root / rel)}\n".encode())
+    save_digests()
     return digest.hexdigest()
 
 
