@@ -52,11 +52,16 @@ def remedy(path: Path, kind: str) -> str:
         kind: its ``KIND_ATTR`` ("world", "targets", ...), naming the stage that writes it.
 
     Returns:
-        "rerun <stage> ..., or restore the file with `dvc checkout --force <path>`" (DVC replaces a
-        file that differs from its record only with ``--force``).
+        "rerun <stage> (e.g. `snakemake -c2 --force <path>`), or restore the file with `dvc
+        checkout --force <path>`": each command runs as printed (tests/test_recovery_commands.py).
+        Snakemake's ``--force <path>`` reruns the one job that writes the file (whatever its
+        stage); a run needs its cores named, which no profile read by default does
+        (profiles/default/config.yaml). DVC replaces a file that differs from its record only with
+        ``--force``.
     """
     stage = WRITERS.get(kind, "the stage that writes it")
-    return f"rerun {stage} (e.g. `snakemake -R {stage}`), or restore the file with `dvc checkout --force {path}`"
+    return (f"rerun {stage} (e.g. `snakemake -c2 --force {path}`), "
+            f"or restore the file with `dvc checkout --force {path}`")
 
 
 def encode_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
