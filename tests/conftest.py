@@ -233,9 +233,9 @@ def pytest_configure(config: pytest.Config) -> None:
 # together, then the other files of over about 30 s (results/benchmarks/suite_cost.md), longest
 # first; the suite ends on short files, not on a long one.
 LONGEST_FIRST = ("test_pipeline.py", "test_paper_mini_run.py", "test_slurm.py", "test_crash.py", "test_reruns.py",
-                 "test_remotes.py", "test_one_truth.py", "test_failures.py", "test_compare.py",
-                 "test_dvc_experiments.py", "test_train.py", "test_fixtures.py", "test_hostile_input.py",
-                 "test_server.py")
+                 "test_remotes.py", "test_one_truth.py", "test_failures.py", "test_recovery_commands.py",
+                 "test_compare.py", "test_dvc_experiments.py", "test_train.py", "test_fixtures.py",
+                 "test_hostile_input.py", "test_server.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
