@@ -3,9 +3,10 @@ multiplications, convolutions and attention) and measured wall-clock time."""
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -19,19 +20,19 @@ def _cpu_attention(query_shape, key_shape, value_shape, *args, out_shape=None, *
     return sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
-def count_flops(fn: Callable[[], object], model: nn.Module | None = None) -> int:
-    """FLOPs of one call of ``fn``, every layer counted. The counter has no rule for the fused
-    kernels that run on CPU: ``model``'s timm attention layers run the explicit softmax path,
-    ``torch.nn``'s transformer fast path (``torch.backends.mha``, which the importance head and
-    the SPN take under no_grad) is off, and the CPU attention kernel counts as the GPU ones do,
-    all restored after.
+@contextlib.contextmanager
+def counting(model: nn.Module | None = None) -> Iterator[FlopCounterMode]:
+    """A FlopCounterMode that counts every layer, under no_grad. The counter has no rule for the
+    fused kernels that run on CPU: ``model``'s timm attention layers run the explicit softmax path,
+    ``torch.nn``'s transformer fast path (``torch.backends.mha``, which the importance head and the
+    SPN take under no_grad) is off, and the CPU attention kernel counts as the GPU ones do, all
+    restored after.
 
     Args:
-        fn: the call to count, run once without gradients.
         model: the module whose timm attention layers switch to the explicit path.
 
-    Returns:
-        The total FLOPs torch.utils.flop_counter counts.
+    Yields:
+        The counter.
     """
     fused = [m for m in (model.modules() if model is not None else ()) if getattr(m, "fused_attn", False)]
     fast = torch.backends.mha.get_fastpath_enabled()
@@ -41,11 +42,25 @@ def count_flops(fn: Callable[[], object], model: nn.Module | None = None) -> int
     try:
         with FlopCounterMode(display=False, custom_mapping={CPU_ATTENTION: _cpu_attention}) as counter, \
                 torch.no_grad():
-            fn()
+            yield counter
     finally:
         torch.backends.mha.set_fastpath_enabled(fast)
         for m in fused:
             m.fused_attn = True
+
+
+def count_flops(fn: Callable[[], object], model: nn.Module | None = None) -> int:
+    """FLOPs of one call of ``fn``, every layer counted (``counting``).
+
+    Args:
+        fn: the call to count, run once without gradients.
+        model: the module whose timm attention layers switch to the explicit path.
+
+    Returns:
+        The total FLOPs torch.utils.flop_counter counts.
+    """
+    with counting(model) as counter:
+        fn()
     return int(counter.get_total_flops())
 
 
