@@ -10,6 +10,7 @@ import copy
 import hashlib
 import io
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -31,6 +32,7 @@ from taskgeom.artifacts import provenance
 from taskgeom.artifacts.checkpoints import CheckpointError
 from taskgeom.fitting import FitMismatch, check_model, load_fitted
 from taskgeom.fitting import targets as fit_targets
+from taskgeom.fitting.identity import WeightsDiffer
 from taskgeom.inspection.reading import reading
 from taskgeom.metric.fit import predict
 from taskgeom.metric.head import ImportanceHead
@@ -115,12 +117,46 @@ def test_fit_writes_a_self_describing_checkpoint(world):
     assert provenance.read(directory / "head.safetensors")["params"]["timm"] == NAME
 
 
+def test_the_estimate_comes_first_and_counts_the_products_each_row_spends(world):
+    """The defaults: the projected sketch at q = 1 without oversampling, no block-norm probes:
+    (2q + 1)·r = 24 products (r = 8, M = 64 outputs), as the estimate says before any target is
+    computed."""
+    lines = world["err"].splitlines()
+    estimate = [i for i, line in enumerate(lines) if line.startswith("taskgeom fit: estimated ")]
+    assert len(estimate) == 1 and estimate[0] < lines.index(next(x for x in lines if "targets train: computed" in x))
+    t = r"(\d+ s|\d+\.\d min)"
+    found = re.fullmatch(rf"taskgeom fit: estimated {t} \(targets ~{t} for 7 images at (\d+) products each, "
+                         rf"head ~{t}, SPN ~{t}\)", lines[estimate[0]])
+    assert found and int(found.group(3)) == 3 * 8, lines[estimate[0]]
+    settings = load_fitted(world["fit"]).record["settings"]
+    assert [settings[k] for k in ("sketch", "power_iters", "oversample", "block_norm_probes")] == ["projected", 1, 0, 0]
+    for split in ("train", "held_out"):
+        target = TargetFile.open(world["fit"] / "targets" / f"{split}.h5")
+        rows = target.read(("products", "block_norm", "frob2"))
+        assert (rows["products"] == 24).all() and (rows["block_norm"] > 0).all()
+        np.testing.assert_allclose(rows["frob2"], rows["block_norm"].sum(1), rtol=1e-5)
+
+
+def test_the_pipelines_targets_are_one_flag_away(world, tmp_path):
+    """``--sketch rayleigh-ritz --power-iters 2 --oversample 10 --block-norm-probes 32``: the
+    ``targets`` stage's row, (2q + 2)(r + 10) + 32 products; rayleigh-ritz without probes is refused
+    (``test_bad_flags_are_one_line``)."""
+    out = tmp_path / "fit"
+    code, _, err = fit(*world["model"], "--images", str(world["images"]), *QUICK, "--sketch", "rayleigh-ritz",
+                       "--power-iters", "2", "--oversample", "10", "--block-norm-probes", "32", "--spn", "off",
+                       "--out", str(out))
+    assert code == 0 and "at 140 products each" in err, err[-2000:]
+    held = TargetFile.open(out / "targets" / "held_out.h5")
+    assert held.qs == (2,) and (held.read(("products",))["products"] == 6 * 18 + 32).all()
+    assert load_fitted(out).quality["head"]["target"] == "q2/importance"
+
+
 def test_load_fitted_gives_the_trained_metric(world):
     fitted = load_fitted(world["fit"])
     assert isinstance(fitted.metric.head, ImportanceHead) and fitted.metric.spn is not None
     assert fitted.metric.base == Grid(1, 2, 2) and fitted.layer == 0 and fitted.path == "merge"
     held = TargetFile.open(world["fit"] / "targets" / "held_out.h5")
-    truth = held.read(("q2/importance",))["q2/importance"]
+    truth = held.read(("q1/importance",))["q1/importance"]
     rho = rho_per_image(predict(fitted.metric.head, held, lambda m, F: m(F), "cpu"), truth)
     assert rho.mean() == pytest.approx(fitted.quality["head"]["rho"]["mean"])     # the head that was judged
     scores = fitted.metric.importance(torch.randn(2, 5, 64), torch.arange(5).expand(2, 5), Grid(1, 2, 2))
@@ -140,7 +176,9 @@ def test_check_model_accepts_the_fitted_model_and_names_what_differs(world):
     check_model(fitted, same)
     check_model(fitted, copy.deepcopy(same).double())      # the same values in another dtype
     torch.manual_seed(1)
-    refusals = {"3 blocks": build_timm(NAME, **{**ARGS, "depth": 3}), "other weights": build_timm(NAME, **ARGS),
+    with pytest.warns(WeightsDiffer, match="weights differ"):             # fine-tuned, say: warned, not refused
+        assert "weights differ" in check_model(fitted, build_timm(NAME, **ARGS))
+    refusals = {"3 blocks": build_timm(NAME, **{**ARGS, "depth": 3}),
                 "3×3 position grid": build_timm(NAME, **{**ARGS, "img_size": 48}),
                 "the fit is for timm vit_tiny_patch16_224": build_timm("vit_small_patch16_224", **ARGS)}
     for words, model in refusals.items():
@@ -176,13 +214,13 @@ def test_an_interrupted_fit_resumes_to_the_bytes_of_an_uninterrupted_one(world, 
         calls.append(1)
         return real(*args, **kwargs)
 
-    real = fit_targets.image_targets
-    monkeypatch.setattr(fit_targets, "image_targets", interrupted)
+    real = fit_targets.target_row
+    monkeypatch.setattr(fit_targets, "target_row", interrupted)
     argv = [*world["model"], "--images", str(world["images"]), *QUICK, "--out", str(tmp_path / "fit")]
     with pytest.raises(KeyboardInterrupt):
         fit(*argv)
     assert (tmp_path / "fit" / "targets" / ".partial" / "train.h5").is_file()
-    monkeypatch.setattr(fit_targets, "image_targets", real)
+    monkeypatch.setattr(fit_targets, "target_row", real)
     code, _, err = fit(*argv)
     assert code == 0 and "targets train: resuming at image 4 of 5" in err, err[-2000:]
     for split in ("train", "held_out"):
@@ -261,7 +299,7 @@ def test_a_hugging_face_classifier_without_spn(hf_dirs, world, tmp_path):
     other = load_hf(hf_dirs["vit"])
     with torch.no_grad():
         other.classifier.weight.add_(1.0)
-    with pytest.raises(FitMismatch, match="other weights"):
+    with pytest.warns(WeightsDiffer, match="weights differ"):
         check_model(fitted, other)
 
 
@@ -291,6 +329,9 @@ def test_depth_takes_the_prune_path_and_one_aspect_ratio(hf_dirs, world, tmp_pat
     (["--spn", "maybe"], "taskgeom fit: error: argument --spn: invalid choice: 'maybe'"),
     (["--steps", "0"], "taskgeom fit: error: argument --steps: expected an integer ≥ 1, got 0"),
     (["--power-iters", "auto"], "taskgeom fit: error: argument --power-iters: expected an integer ≥ 0"),
+    (["--sketch", "rayleigh-ritz"], "taskgeom: error: --sketch rayleigh-ritz: its block norms and ‖J‖_F² come from"),
+    (["--block-norm-probes", "-1"], "taskgeom fit: error: argument --block-norm-probes: expected an integer ≥ 0"),
+    (["--spn-lr", "0"], "taskgeom fit: error: argument --spn-lr: expected a number > 0, got '0'"),
 ])
 def test_bad_flags_are_one_line(inputs, tmp_path, argv, line):
     code, out, err = fit(*inputs["model"], "--images", str(inputs["images"]), *argv, "--out", str(tmp_path / "f"))

@@ -4,8 +4,10 @@ The importance head learns the spectral token energy e_t (``q<q>/importance``) a
 stage trains it (``metric.head_fit``: ``head_loss`` through ``metric.fit.fit``), with the
 pipeline's default architecture and loss weight (``HEAD``, params.yaml ``learn.head_defaults``).
 The SPN learns the same cache's top-r triplets as the ``spn`` stage (``metric.spn_fit``, ``SPN``,
-params.yaml ``learn.spn``). Both draw their weights after seeding torch with the fit's seed, and
-step s's batch from (seed, s).
+params.yaml ``learn.spn``'s architecture) for ``spn_steps`` (``SPN_PASSES`` passes over the
+training images by default) at the peak learning rate ``spn_lr`` (default ``SPN_LR``, above the
+stage's 0.002, for the shorter run). Both draw their weights after seeding torch with the fit's
+seed, and step s's batch from (seed, s).
 
 Held-out quality of the head: per held-out image, Spearman ρ between its scores and e_t, and the
 position-only floor's ρ (each token slot scored by its mean training e_t,
@@ -34,7 +36,8 @@ from taskgeom.metric.spn_fit import new_spn, reference_of, train_spn, v1_per_ima
 from taskgeom.metric.targets import TargetFile
 
 HEAD = {"width": 64, "heads": 2, "layers": 1, "w_rank": 0.5, "lr": 0.002}
-SPN = {"width": 64, "depth": 2, "heads": 4, "lr": 0.002}
+SPN = {"width": 64, "depth": 2, "heads": 4}
+SPN_PASSES, SPN_MAX_STEPS, SPN_LR = 20, 600, 0.005  # the SPN's default training (``spn_steps``, ``fit_spn``)
 BOOTSTRAP = {"resamples": 2000, "level": 0.95, "seed": 0}
 ALPHA = 0.05
 RULE = ("the head beats the position-only floor when the 95% bootstrap interval of its mean held-out ρ lies wholly "
@@ -42,15 +45,33 @@ RULE = ("the head beats the position-only floor when the 95% bootstrap interval 
         "with its mean above the floor's; it is below the floor by the same rule reversed")
 
 
+def network_width(dim: int) -> int:
+    """The head's and the SPN's width for features of width ``dim``: ⌊dim / 4⌋ within [16, ``HEAD``'s
+    width], so that on a small model the networks that choose and merge its tokens stay a small
+    share of its own FLOPs (they run on every token after the fit's block)."""
+    return max(16, min(HEAD["width"], dim // 4))
+
+
+def spn_steps(train_images: int, batch_size: int) -> int:
+    """The SPN's default steps: ``SPN_PASSES`` passes over the training images, ⌈passes · n / b⌉ with
+    b = min(batch size, n) the rows of a batch, at most ``SPN_MAX_STEPS``."""
+    return min(SPN_MAX_STEPS, math.ceil(SPN_PASSES * train_images / min(batch_size, train_images)))
+
+
+def labelled(progress: Callable, desc: str) -> Callable:
+    """``progress`` with its bar named ``desc``, counting steps."""
+    return lambda it, **kw: progress(it, desc=desc, unit="step", **kw)
+
+
 def head_architecture(train: TargetFile) -> dict:
     """What rebuilds the head ``fit_head`` trains on ``train`` (``checkpoint.write_fit``)."""
-    return {"kind": "importance_head", "tokens": train.tokens, "dim": train.dim, "width": HEAD["width"],
+    return {"kind": "importance_head", "tokens": train.tokens, "dim": train.dim, "width": network_width(train.dim),
             "heads": HEAD["heads"], "layers": HEAD["layers"]}
 
 
 def spn_architecture(train: TargetFile) -> dict:
     """What rebuilds the SPN ``fit_spn`` trains on ``train``."""
-    return {"kind": "spn", "tokens": train.tokens, "dim": train.dim, "rank": train.r, "width": SPN["width"],
+    return {"kind": "spn", "tokens": train.tokens, "dim": train.dim, "rank": train.r, "width": network_width(train.dim),
             "depth": SPN["depth"], "heads": SPN["heads"]}
 
 
@@ -69,9 +90,10 @@ def fit_head(train: TargetFile, key: str, settings: dict, device: str = "cpu",
         The head (eval mode) and its training curve.
     """
     torch.use_deterministic_algorithms(True, warn_only=True)
-    head = new_head(train.tokens, train.dim, HEAD["width"], HEAD["heads"], HEAD["layers"], settings["seed"], device)
+    head = new_head(train.tokens, train.dim, network_width(train.dim), HEAD["heads"], HEAD["layers"], settings["seed"],
+                    device)
     curve = train_head(head, train, key, HEAD["w_rank"], settings["steps"], settings["batch_size"], HEAD["lr"],
-                       settings["seed"], device, progress=progress, stage="fit head")
+                       settings["seed"], device, progress=labelled(progress, "head"), stage="fit head")
     return head, curve
 
 
@@ -145,7 +167,7 @@ def fit_spn(train: TargetFile, held: TargetFile, settings: dict, device: str = "
     Args:
         train: the training targets.
         held: the held-out targets.
-        settings: spn_steps, batch_size, seed, power_iters.
+        settings: spn_steps, spn_lr, batch_size, seed, power_iters.
         device: where it trains.
         progress: wraps the step range.
 
@@ -155,12 +177,13 @@ def fit_spn(train: TargetFile, held: TargetFile, settings: dict, device: str = "
     """
     torch.use_deterministic_algorithms(True, warn_only=True)
     seed = settings["seed"]
-    untrained = new_spn(train.tokens, train.dim, train.r, SPN["width"], SPN["depth"], SPN["heads"], seed, device)
+    untrained = new_spn(train.tokens, train.dim, train.r, network_width(train.dim), SPN["depth"], SPN["heads"], seed,
+                        device)
     source, reference = reference_of(held)
     floor = v1_per_image(untrained, held, reference, device)
     model = copy.deepcopy(untrained)
     curve = train_spn(model, train, f"q{settings['power_iters']}", settings["spn_steps"], settings["batch_size"],
-                      SPN["lr"], seed, device, progress=progress, stage="fit spn")
+                      settings["spn_lr"], seed, device, progress=labelled(progress, "SPN"), stage="fit spn")
     v1 = v1_per_image(model, held, reference, device)
     return model, {"v1": _summary(v1), "v1_untrained": _summary(floor), "reference": source,
                    "steps": settings["spn_steps"], "final_loss": curve.points[-1][1] if curve.points else None}

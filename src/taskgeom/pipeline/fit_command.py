@@ -24,11 +24,22 @@ CHANGED = {  # dest -> what differs from inspect's flag
     "max_images": {"default": None, "help": "the first N images, sorted (default: every image)"},
     "layers": {"help": "the block to fit at, one (default: the middle block, ⌊B/2⌋ − 1)"},
     "r": {"help": "rank r of the spectral targets (default 20)"},
-    "power_iters": {"type": non_negative_int, "help": "power iterations q of the targets (default 2)"},
+    "power_iters": {"type": non_negative_int, "default": 1, "help": "power iterations q of the targets (default 1)"},
     "seed": {"help": "seeds the targets, the held-out choice and training (default 0)"},
 }
 SPN = {"auto": None, "on": True, "off": False}
-TARGETS = {"oversample": 10, "block_norm_probes": 32}  # params.yaml learn.targets
+SKETCHES = ("projected", "rayleigh-ritz")  # fitting.targets.SKETCHES
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
 
 
 def held_out(text: str) -> int | float:
@@ -54,10 +65,21 @@ def add_parser(sub) -> None:
                                    "or a local Hugging Face directory (--hf DIR) on the images under --images; "
                                    "see docs/fit.md.")
     inspect_command.add_inspect_flags(p, SHARED, CHANGED)
+    p.add_argument("--oversample", type=non_negative_int, default=0, metavar="P",
+                   help="the sketch's extra columns, ℓ = r + P (default 0; the pipeline's targets stage takes 10)")
+    p.add_argument("--sketch", choices=SKETCHES, default="projected",
+                   help="how the targets' triplets are taken: projected, (2q + 1)ℓ products, or rayleigh-ritz, the "
+                        "pipeline's targets stage, (2q + 2)ℓ (default projected); J is read whole where no dearer")
+    p.add_argument("--block-norm-probes", type=non_negative_int, default=0, metavar="K",
+                   help="Rademacher VJPs of the block norms ‖J_t‖_F² (default 0: the sketch's first ℓ VJPs give them; "
+                        "rayleigh-ritz needs K ≥ 1)")
     p.add_argument("--held-out", type=held_out, default=0.2, metavar="N|F",
                    help="held-out images: a count, or a fraction of the images (default 0.2; at least 1)")
     p.add_argument("--steps", type=positive_int, default=300, help="importance-head training steps (default 300)")
-    p.add_argument("--spn-steps", type=positive_int, default=600, help="SPN training steps (default 600)")
+    p.add_argument("--spn-steps", type=positive_int, default=None,
+                   help="SPN training steps (default: 20 passes over the training images, ⌈20 n / batch⌉, at most 600)")
+    p.add_argument("--spn-lr", type=positive_float, default=0.005, metavar="LR",
+                   help="the SPN's peak learning rate (default 0.005; the pipeline's spn stage takes 0.002)")
     p.add_argument("--batch-size", type=positive_int, default=32, help="images per training step (default 32)")
     p.add_argument("--spn", choices=tuple(SPN), default="auto",
                    help="train the SPN: auto (for pooled outputs, the merge path), on, off (default auto)")
@@ -127,8 +149,12 @@ def _run(args: argparse.Namespace) -> int:
     from taskgeom.fitting.identity import describe
     from taskgeom.fitting.run import fit_model
     from taskgeom.fitting.targets import Images
+    from taskgeom.fitting.train import spn_steps
     from taskgeom.inspection.inputs import image_files, read_rgb
 
+    if args.sketch == "rayleigh-ritz" and not args.block_norm_probes:
+        raise ValueError("--sketch rayleigh-ritz: its block norms and ‖J‖_F² come from Hutchinson probes; give "
+                         "--block-norm-probes K ≥ 1 (the pipeline's targets stage takes 32)")
     if args.threads:
         torch.set_num_threads(args.threads)
     files = image_files(args.images, args.max_images)
@@ -143,8 +169,10 @@ def _run(args: argparse.Namespace) -> int:
                   "code_version": inspect_command.code_version("taskgeom.fitting.run")}
     digests = provenance["input"]["sha256"]
     images = Images(names, [digests["images"]["files"][n] for n in names], lambda i: transform(read_rgb(files[i])))
-    settings = {"r": args.r, "power_iters": args.power_iters, **TARGETS, "seed": args.seed, "held_out": count,
-                "steps": args.steps, "spn_steps": args.spn_steps, "batch_size": args.batch_size}
+    settings = {"sketch": args.sketch, "r": args.r, "power_iters": args.power_iters, "oversample": args.oversample,
+                "block_norm_probes": args.block_norm_probes, "seed": args.seed, "held_out": count,
+                "steps": args.steps, "spn_steps": args.spn_steps or spn_steps(len(files) - count, args.batch_size),
+                "spn_lr": args.spn_lr, "batch_size": args.batch_size}
     progress = lambda it, **kw: tqdm(it, file=sys.stderr, leave=False, disable=None, **kw)  # noqa: E731
     record = fit_model(host, images, args.out, layer=layer, decoder=decoder, settings=settings,
                        model=_model_record(args, identity, digests, cfg), provenance=provenance,
