@@ -40,6 +40,7 @@ QUICK = [
     ["patch_speed.py"],
     ["patch_overhead.py"],
     ["patch_fidelity.py"],
+    ["fit_cost.py", "--reference"],
     ["user_path.py"],
     ["diagnose_cost.py", "--no-probes", "--paper-scale", "--plain-vit"],
     ["diagnose_cost.py", "--inspect", "--repeats", "8"],
