@@ -1,12 +1,15 @@
 """Where importance's overhead goes: the FLOPs a model patched by ``taskgeom.patch(..., "importance")``
 spends on choosing and merging tokens, per component, against the unpatched model's FLOPs.
 
-Two models with random weights (nothing downloaded; FLOPs do not depend on the weights), each with
-a fit directory of random networks of ``taskgeom fit``'s architecture (``fitting.train.HEAD`` and
-``SPN``, rank ``RANK``, the fit's default r) written by ``fitting.checkpoint.write_fit``:
+Models with random weights (nothing downloaded; FLOPs do not depend on the weights), each with a
+fit directory of random networks of ``taskgeom fit``'s architecture (``fitting.train.HEAD`` and
+``SPN`` at ``network_width`` of the model's width, rank ``RANK``, the fit's default r) written by
+``fitting.checkpoint.write_fit``:
 
-- ``vit_tiny_64``: timm ``vit_tiny_patch16_224``'s architecture at 64 px, 8-px patches, 4 blocks,
-  20 classes, fitted at block 1 (the fixture of issue 68);
+- ``learned_vit``, ``learned_deit``: ``fixtures.learned_vit``'s architectures (64 px, 8-px
+  patches, 4 blocks, width 64), fitted at block 1, the models ``patch_fidelity.py`` judges on;
+- ``vit_tiny_64``: timm ``vit_tiny_patch16_224``'s architecture (width 192) at 64 px, 8-px
+  patches, 4 blocks, 20 classes, fitted at block 1;
 - ``vit_base_224``: timm ``vit_base_patch16_224`` at 224 px, fitted at block 4 (as
   ``patch_speed.py``).
 
@@ -24,17 +27,13 @@ counter's increase while its function runs, less what the other components insid
 - ``distance``: the rest of ``pullback.pullback_distance``: U_tᵀ(x_s − x_t), the energies, ε‖·‖²;
 - ``merge``: ``merge_into_nearest`` and the owners (gathers and scatters: no counted FLOPs).
 
-Two counts: ``compare``, the counter as compare runs it, which does not see the head's and the SPN's
-transformer layers on CPU (``nn.TransformerEncoderLayer``'s fused fast path, and the fused CPU
-attention kernel, have no FLOP rule); and ``every``, the same with the fast path off and the CPU
-attention kernel counted by the counter's own rule for attention, so that every matrix product
-of the head and SPN is in. The backbone is counted alike in both. ``once_per_fit`` is what the
-patch computes once per SPN and keeps (``pullback.weights``). Targets (``TARGETS``): head + SPN +
-merge ≤ 10% of the unpatched FLOPs on ``vit_tiny_64`` and ≤ 3% on ``vit_base_224``, at every η.
+``once_per_fit`` is what the patch computes once per SPN and keeps (``pullback.weights``).
+Targets (``TARGETS``): head + SPN + merge ≤ 10% of the unpatched FLOPs on the 64-px models and
+≤ 3% on ``vit_base_224``, at every η.
 
 Results: results/benchmarks/patch_overhead.{csv,md}.
 
-    python benchmarks/patch_overhead.py [--models vit_tiny_64 vit_base_224]
+    python benchmarks/patch_overhead.py [--models learned_vit learned_deit vit_tiny_64 vit_base_224]
 """
 
 from __future__ import annotations
@@ -52,13 +51,14 @@ import pandas as pd
 import timm
 import torch
 from stamp import write_stamped
-from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+from torch.utils.flop_counter import FlopCounterMode
 
 import taskgeom
-from taskgeom.evaluate.cost import count_flops
+from taskgeom.evaluate.cost import count_flops, counting
 from taskgeom.fitting.checkpoint import write_fit
 from taskgeom.fitting.identity import describe
-from taskgeom.fitting.train import HEAD, SPN
+from taskgeom.fitting.train import HEAD, SPN, network_width
+from taskgeom.fixtures import learned_vit
 from taskgeom.metric.head import ImportanceHead
 from taskgeom.metric.spn import SpectralPullbackNetwork
 from taskgeom.patching import pullback, reduce
@@ -69,7 +69,7 @@ from taskgeom.prune.select import num_removed
 OUT = Path("results/benchmarks")
 RATIOS = (0.25, 0.5, 0.75)
 RANK = 20
-TARGETS = {"vit_tiny_64": 0.10, "vit_base_224": 0.03}
+TARGETS = {"learned_vit": 0.10, "learned_deit": 0.10, "vit_tiny_64": 0.10, "vit_base_224": 0.03}
 # component -> (module, function) pairs whose FLOPs it holds; names a version of the code lacks are skipped
 COMPONENTS: dict[str, list[tuple[object, str]]] = {
     "head": [(reduce, "scores_of")],
@@ -79,15 +79,6 @@ COMPONENTS: dict[str, list[tuple[object, str]]] = {
     "distance": [(reduce, "pullback_distance")],
     "merge": [(reduce, "merge_into_nearest"), (reduce, "owners")],
 }
-CPU_ATTENTION = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-
-
-def attention_rule(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-    """The counter's FLOPs of attention (its rule for the fused GPU kernels), for the CPU kernel."""
-    return sdpa_flop_count(query_shape, key_shape, value_shape)
-
-
-
 @dataclass(frozen=True)
 class Setting:
     """A model of the benchmark: timm name and overrides, the fit's block, the image side and patch."""
@@ -104,6 +95,8 @@ class Setting:
 
 
 MODELS = {
+    "learned_vit": Setting(*learned_vit.ARCHITECTURES["vit"], 1, 64, 8),
+    "learned_deit": Setting(*learned_vit.ARCHITECTURES["deit"], 1, 64, 8),
     "vit_tiny_64": Setting("vit_tiny_patch16_224", dict(img_size=64, patch_size=8, depth=4, num_classes=20), 1, 64, 8),
     "vit_base_224": Setting("vit_base_patch16_224", {}, 4, 224, 16),
 }
@@ -112,15 +105,16 @@ MODELS = {
 def fit_directory(model: torch.nn.Module, s: Setting, directory: Path) -> Path:
     """A fit of ``model`` at block ``s.layer`` with random networks of ``taskgeom fit``'s architecture."""
     torch.manual_seed(0)
-    tokens, dim = 1 + s.grid ** 2, model.embed_dim
-    head = {"kind": "importance_head", "tokens": tokens, "dim": dim, "width": HEAD["width"], "heads": HEAD["heads"],
+    prefix, dim = model.num_prefix_tokens, model.embed_dim
+    tokens, width = prefix + s.grid ** 2, network_width(dim)
+    head = {"kind": "importance_head", "tokens": tokens, "dim": dim, "width": width, "heads": HEAD["heads"],
             "layers": HEAD["layers"]}
-    spn = {"kind": "spn", "tokens": tokens, "dim": dim, "rank": RANK, "width": SPN["width"], "depth": SPN["depth"],
+    spn = {"kind": "spn", "tokens": tokens, "dim": dim, "rank": RANK, "width": width, "depth": SPN["depth"],
            "heads": SPN["heads"]}
     nets = {"head": (ImportanceHead(**{k: v for k, v in head.items() if k != "kind"}), head),
             "spn": (SpectralPullbackNetwork(**{k: v for k, v in spn.items() if k != "kind"}), spn)}
     record = {"layer": s.layer, "decoder": "logits", "path": "merge", "model": describe(model), "quality": {},
-              "layout": {"prefix": 1, "rows": s.grid, "cols": s.grid, "tokens": tokens, "dim": dim}}
+              "layout": {"prefix": prefix, "rows": s.grid, "cols": s.grid, "tokens": tokens, "dim": dim}}
     write_fit(directory, record, nets, {"benchmark": "patch_overhead", "weights": "random"})
     return directory
 
@@ -163,29 +157,10 @@ def wrapped(ledger: Ledger) -> Iterator[None]:
             setattr(module, attr, fn)
 
 
-@contextlib.contextmanager
-def counting(model: torch.nn.Module, every: bool) -> Iterator[FlopCounterMode]:
-    """``count_flops``'s counter (timm attention on its explicit path, no gradients); ``every``: the
-    transformer fast path off and the CPU attention kernel counted too."""
-    fused = [m for m in model.modules() if getattr(m, "fused_attn", False)]
-    fast = torch.backends.mha.get_fastpath_enabled()
-    for m in fused:
-        m.fused_attn = False
-    torch.backends.mha.set_fastpath_enabled(fast and not every)
-    try:
-        mapping = {CPU_ATTENTION: attention_rule} if every else None
-        with FlopCounterMode(display=False, custom_mapping=mapping) as counter, torch.no_grad():
-            yield counter
-    finally:
-        torch.backends.mha.set_fastpath_enabled(fast)
-        for m in fused:
-            m.fused_attn = True
-
-
-def profile(model: torch.nn.Module, x: torch.Tensor, every: bool) -> tuple[int, dict[str, int]]:
+def profile(model: torch.nn.Module, x: torch.Tensor) -> tuple[int, dict[str, int]]:
     """FLOPs of one forward of ``model`` on x (1, C, H, W) and each component's share of them."""
     ledger = Ledger()
-    with wrapped(ledger), counting(model, every) as counter:
+    with wrapped(ledger), counting(model) as counter:
         ledger.counter = counter
         model(x)
     return int(counter.get_total_flops()), {name: ledger.flops.get(name, 0) for name in COMPONENTS}
@@ -201,12 +176,12 @@ def once_per_fit(model: torch.nn.Module) -> int:
 
 
 def one_model(key: str) -> list[dict]:
-    """Rows of ``key``'s model at every ratio, for both counts."""
+    """Rows of ``key``'s model at every ratio."""
     s = MODELS[key]
     torch.manual_seed(0)
     model = timm.create_model(s.name, pretrained=False, **s.args).eval()
     x = torch.randn(1, 3, s.side, s.side)
-    unpatched = {every: profile(model, x, every)[0] for every in (False, True)}
+    base = profile(model, x)[0]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         fit = fit_directory(model, s, Path(tmp) / "fit")
@@ -216,41 +191,37 @@ def one_model(key: str) -> list[dict]:
             taskgeom.patch(model, fit, ratio, "importance")
             with torch.inference_mode():
                 model(x)
-            compare = count_flops(lambda: model(x), model)
             once = once_per_fit(model)
             removed, spn = num_removed(s.grid ** 2, ratio), patched(model).learned.spn
             way = pullback.route(s.grid ** 2 - removed, removed, spn.dim, spn.rank, spn.modes.in_features)
-            for every in (False, True):
-                total, parts = profile(model, x, every)
-                if not every and total != compare:
-                    raise RuntimeError(f"{key} η {ratio}: the profile counts {total} FLOPs, count_flops {compare}")
-                base = unpatched[every]
-                rows.append({"model": key, "ratio": ratio, "count": "every" if every else "compare",
-                             "removed": removed, "route": way, "unpatched_gflops": base / 1e9,
-                             "patched_gflops": total / 1e9, "tome_score_gflops": tome / 1e9,
-                             **{f"{name}_mflops": v / 1e6 for name, v in parts.items()},
-                             "overhead_share": sum(parts.values()) / base, "target": TARGETS[key],
-                             "met": sum(parts.values()) / base <= TARGETS[key], "once_per_fit_mflops": once / 1e6})
+            total, parts = profile(model, x)
+            if total != count_flops(lambda: model(x), model):
+                raise RuntimeError(f"{key} η {ratio}: the profile's count differs from count_flops's")
+            rows.append({"model": key, "ratio": ratio, "width": spn.modes.in_features, "removed": removed,
+                         "route": way, "unpatched_gflops": base / 1e9, "patched_gflops": total / 1e9,
+                         "tome_score_gflops": tome / 1e9, **{f"{name}_mflops": v / 1e6 for name, v in parts.items()},
+                         "overhead_share": sum(parts.values()) / base, "target": TARGETS[key],
+                         "met": sum(parts.values()) / base <= TARGETS[key], "once_per_fit_mflops": once / 1e6})
             taskgeom.unpatch(model)
     return rows
 
 
 def summary(df: pd.DataFrame) -> list[str]:
-    """One line per model and count: the overhead share at each η and whether the target holds."""
+    """One line per model: the overhead share at each η and whether the target holds."""
     lines = []
-    for (key, count), part in df.groupby(["model", "count"], sort=False):
+    for key, part in df.groupby("model", sort=False):
         shares = ", ".join(f"η {r.ratio:g}: {100 * r.overhead_share:.1f}%" for r in part.itertuples())
         target = part.target.iloc[0]
-        lines.append(f"{key}, {count} count: head + SPN + merge {shares} of the unpatched FLOPs; target ≤ "
-                     f"{100 * target:.0f}%: {'met' if part.met.all() else 'not met'}"
+        lines.append(f"{key} (network width {part.width.iloc[0]}): head + SPN + merge {shares} of the unpatched "
+                     f"FLOPs; target ≤ {100 * target:.0f}%: {'met' if part.met.all() else 'not met'}"
                      + ("" if part.met.all() else f" (at η {', '.join(f'{r:g}' for r in part[~part.met].ratio)})"))
     return lines
 
 
 def shares_table(df: pd.DataFrame) -> str:
-    """Markdown: each component's share of the unpatched FLOPs, in %, per model, η and count."""
+    """Markdown: each component's share of the unpatched FLOPs, in %, per model and η."""
     parts = [f"{name}_mflops" for name in COMPONENTS]
-    view = df[["model", "ratio", "count", "removed", "route"]].copy()
+    view = df[["model", "ratio", "width", "removed", "route"]].copy()
     for col in parts:
         view[col.removesuffix("_mflops")] = 100 * df[col] * 1e6 / (df.unpatched_gflops * 1e9)
     view["total"] = 100 * df.overhead_share
@@ -268,10 +239,9 @@ def main() -> None:
     lines = summary(df)
     header = (f"FLOPs of importance's head, SPN and merge in one image's forward of a patched model (random weights, "
               f"SPN rank {RANK}), per component, in % of the unpatched model's FLOPs counted alike; on "
-              f"{machine('cpu')}, one run of {time.perf_counter() - started:.0f} s. `compare`: the count `taskgeom "
-              "compare` reports, which does not see the head's and the SPN's transformer layers on CPU; `every`: "
-              "those counted too. `patched_vs_unpatched` and `tome_score_vs_unpatched`: the whole forward, "
-              "compare's count for ToMe's score.\n\n")
+              f"{machine('cpu')}, one run of {time.perf_counter() - started:.0f} s, counted as `taskgeom compare` "
+              "counts them (`evaluate.cost.count_flops`). `patched_vs_unpatched` and `tome_score_vs_unpatched`: the "
+              "whole forward.\n\n")
     once = df.groupby("model").once_per_fit_mflops.first()
     body = (header + "\n".join(f"- {line}" for line in lines) + "\n- once per fit (kept with the SPN): "
             + ", ".join(f"{k} {v:.3g} MFLOPs" for k, v in once.items()) + "\n\n" + shares_table(df)
