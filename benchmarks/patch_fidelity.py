@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 from stamp import write_stamped
 
+from taskgeom.artifacts.tables import read_table
 from taskgeom.artifacts.values import read_values
 from taskgeom.evaluate.stats import wilcoxon_p
 from taskgeom.fixtures import learned_vit, world_vit
@@ -102,7 +103,7 @@ def one_run(flags: list[str], held: Path, root: Path, layer: int, decoder: str, 
     measure = DECODERS[decoder]
     values = read_values(root / "compare" / "compare_per_image.csv.gz")
     values = values[values.measure == measure][["method", "ratio", "image", "value"]]
-    flops = pd.read_csv(root / "compare" / "compare.csv")[["method", "ratio", "flops_vs_unpatched"]]
+    flops = read_table(root / "compare" / "compare.csv")[["method", "ratio", "flops_vs_unpatched"]]
     quality = json.loads((root / "fit" / "fit.json").read_text())["quality"]["head"]
     return values.merge(flops, on=["method", "ratio"]), {"rho": quality["rho"]["mean"],
                                                          "rho_floor": quality["rho_position_only"]["mean"]}
@@ -156,7 +157,7 @@ def at_budgets(values: pd.DataFrame) -> list[dict]:
         row = {"view": "budget", "budget": budget, "against": "tome_score", "ratio": ri, "ratio_other": rt,
                "overhead": extra}
         if ri is None or rt is None:
-            who = "importance" if ri is None else "tome_score"
+            who = "neither method" if ri is None and rt is None else "importance" if ri is None else "tome_score"
             rows.append(row | {"call": f"{who}: no setting within the budget",
                                "reason": f"importance's overhead is {extra:.3f} of the unpatched FLOPs"
                                if ri is None and rt is not None else "neither reaches the budget"})
