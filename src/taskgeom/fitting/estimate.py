@@ -120,7 +120,7 @@ def spn_step_seconds(tokens: int, dim: int, rank: int, arch: dict, batch: int) -
 
 def batch_of(batch_size: int, train_images: int) -> int:
     """Rows of a training batch: ``metric.targets.batch_rows`` draws min(batch size, training images)."""
-    return int(np.minimum(batch_size, train_images))
+    return min(batch_size, train_images)
 
 
 def read_seconds(row: dict[str, np.ndarray], layout: dict, keys: tuple[str, ...], rows: int) -> float:
