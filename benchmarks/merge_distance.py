@@ -19,16 +19,15 @@ Results: results/benchmarks/merge_distance.{csv,md}.
 
 from __future__ import annotations
 
-import io
 import tempfile
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F_
+from patch_fidelity import taskgeom
 from PIL import Image
 from safetensors.torch import save_file
 from stamp import write_stamped
@@ -38,23 +37,12 @@ from taskgeom.fixtures import world_vit
 from taskgeom.inspection.inputs import timm_transform
 from taskgeom.models.vit import Grid
 from taskgeom.patching.pullback import pullback_distance, spn_positions
-from taskgeom.pipeline import cli
 from taskgeom.pipeline.runtime import machine
 from taskgeom.prune.select import gather_tokens, num_removed, split_lowest
 
 OUT = Path("results/benchmarks")
 RATIOS = (0.05, 0.5)
 FIT_IMAGES, HELD_OUT = 64, 64
-
-
-def taskgeom(*argv: str) -> str:
-    """``taskgeom ARGV`` in this process; its stdout. RuntimeError with its stderr if it fails."""
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = cli.main(list(argv))
-    if code:
-        raise RuntimeError(f"taskgeom {argv[0]} exited {code}: {err.getvalue()[-2000:]}")
-    return out.getvalue()
 
 
 def fit_world_model(seed: int, root: Path) -> tuple[dict[str, np.ndarray], torch.nn.Module, list[str], Path]:
