@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import json
 import os
 import sys
 from pathlib import Path
 
-from taskgeom.artifacts.atomic import atomic_path
+from taskgeom.pipeline.json_cache import JsonCache
 
 FORMAT = 1  # the normalisation's version: a change of ``normalised`` must change it
-CACHE_ENTRIES = 4000  # the newest kept: a few per edit of a module
 DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)  # nodes with a docstring
 
 
@@ -66,40 +64,17 @@ def cache_file() -> Path:
     return Path(root) / "taskgeom" / "code_digest.json"
 
 
-class DigestCache:
-    """``source_digest`` by (``FORMAT``, Python version, sha256 of the bytes), read from
-    ``cache_file()`` at the first lookup and written back by ``save`` if it gained an entry."""
+class DigestCache(JsonCache):
+    """``source_digest`` by (``FORMAT``, Python version, sha256 of the bytes), kept in ``cache_file()``."""
 
-    def __init__(self) -> None:
-        self.entries: dict[str, str] | None = None
-        self.added = False
+    def file(self) -> Path:
+        return cache_file()
 
     def digest(self, path: Path) -> str:
         """The digest of the file at ``path``; raises OSError if it cannot be read."""
-        if self.entries is None:
-            try:
-                loaded = json.loads(cache_file().read_text())
-                self.entries = loaded if isinstance(loaded, dict) else {}
-            except (OSError, ValueError):
-                self.entries = {}
         source = path.read_bytes()
         key = f"{FORMAT} {sys.version_info[0]}.{sys.version_info[1]} {hashlib.sha256(source).hexdigest()}"
-        if not isinstance(self.entries.get(key), str):
-            self.entries[key] = source_digest(source, str(path))
-            self.added = True
-        return self.entries[key]
-
-    def save(self) -> None:
-        """Write the entries back (the newest ``CACHE_ENTRIES``) if any was added; never raises."""
-        if not self.added or self.entries is None:
-            return
-        self.added = False
-        keep = dict(list(self.entries.items())[-CACHE_ENTRIES:])
-        try:
-            with atomic_path(cache_file()) as tmp:
-                tmp.write_text(json.dumps(keep))
-        except OSError:
-            pass
+        return self.get(key, lambda: source_digest(source, str(path)), lambda v: isinstance(v, str))
 
 
 DIGESTS = DigestCache()

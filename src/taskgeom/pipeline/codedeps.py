@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import json
 import os
 from functools import cache
 from pathlib import Path
 
-from taskgeom.artifacts.atomic import atomic_path
+from taskgeom.pipeline.json_cache import JsonCache
 
 PACKAGE = "taskgeom"
 SRC = Path(__file__).resolve().parents[2]  # the directory that holds the package
-CACHE_ENTRIES = 4000  # the newest kept: a few per edit of a module
 
 
 def module_file(module: str) -> Path | None:
@@ -73,38 +71,16 @@ def cache_file() -> Path:
     return Path(root) / PACKAGE / "codedeps.json"
 
 
-class ScanCache:
-    """``named_imports`` by (module, sha256 of its source), read from ``cache_file()`` at the
-    first lookup and written back by ``save`` if it gained an entry."""
+class ScanCache(JsonCache):
+    """``named_imports`` by (module, sha256 of its source), kept in ``cache_file()``."""
 
-    def __init__(self) -> None:
-        self.entries: dict[str, list[str]] | None = None
-        self.added = False
+    def file(self) -> Path:
+        return cache_file()
 
     def lookup(self, module: str, path: Path) -> list[str]:
-        if self.entries is None:
-            try:
-                loaded = json.loads(cache_file().read_text())
-                self.entries = loaded if isinstance(loaded, dict) else {}
-            except (OSError, ValueError):
-                self.entries = {}
         source, is_package = path.read_bytes(), path.name == "__init__.py"
         key = f"{module}{'/__init__' if is_package else ''} {hashlib.sha256(source).hexdigest()}"
-        if key not in self.entries:
-            self.entries[key] = named_imports(source, module, is_package, str(path))
-            self.added = True
-        return self.entries[key]
-
-    def save(self) -> None:
-        if not self.added or self.entries is None:
-            return
-        self.added = False
-        keep = dict(list(self.entries.items())[-CACHE_ENTRIES:])
-        try:
-            with atomic_path(cache_file()) as tmp:
-                tmp.write_text(json.dumps(keep))
-        except OSError:
-            pass
+        return self.get(key, lambda: named_imports(source, module, is_package, str(path)))
 
 
 SCANS = ScanCache()
