@@ -40,9 +40,10 @@ def test_a_target_cache_with_a_nan_is_refused_naming_the_file_and_row(cache):
     assert cache.read(("features",), slice(0, 3))["features"].shape[0] == 3
     with pytest.raises(NonFiniteError, match=rf"{cache.path}: features: row 3 holds"):
         cache.read(("features",))
-    batches = targets.stream_batches(cache, ("features",), batch_size=5, steps=1, seed=0)
-    with pytest.raises(NonFiniteError, match="row 3"):
-        next(batches)
+    for in_memory in (0, targets.IN_MEMORY_BYTES):  # streamed, and read whole
+        batches = targets.stream_batches(cache, ("features",), batch_size=5, steps=1, seed=0, in_memory=in_memory)
+        with pytest.raises(NonFiniteError, match="row 3"):
+            next(batches)
 
 
 def test_training_stops_at_the_first_non_finite_step_naming_stage_step_and_rows(cache):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from taskgeom.fitting import estimate
 from taskgeom.fitting.estimate import Estimate, batch_of
 from taskgeom.fitting.targets import SKETCHES, Geometry, products_per_image, projected_row
 from taskgeom.linalg import JacobianOperator, dense_jacobian, randomized_svd, subspace_alignment, token_energy
@@ -150,11 +151,20 @@ def test_products_per_image_by_sketch_and_route():
 
 
 def test_the_estimate_line_adds_up_its_phases():
-    plan = Estimate(images=64, products=90, row_s=3.0, head_steps=300, head_step_s=0.1, spn_steps=40,
-                    spn_step_s=1.5)
-    assert plan.phases == {"targets": 192.0, "head": pytest.approx(30.0), "spn": 60.0}
-    assert plan.line() == ("estimated 4.7 min (targets ~3.2 min for 64 images at 90 products each, head ~30 s, "
-                           "SPN ~1.0 min)")
-    no_spn = Estimate(images=0, products=90, row_s=0.0, head_steps=300, head_step_s=0.1, spn_steps=0, spn_step_s=0.0)
+    plan = Estimate(images=64, products=90, row_s=3.0, head_steps=300, head_step_s=0.1, head_read_s=2.0,
+                    spn_steps=40, spn_step_s=1.5, spn_read_s=4.0)
+    assert plan.phases == {"targets": 192.0, "head": pytest.approx(32.0), "spn": 64.0}
+    assert plan.line() == ("estimated 4.8 min (targets ~3.2 min for 64 images at 90 products each, head ~32 s, "
+                           "SPN ~1.1 min)")
+    no_spn = Estimate(images=0, products=90, row_s=0.0, head_steps=300, head_step_s=0.1, head_read_s=0.0, spn_steps=0,
+                      spn_step_s=0.0, spn_read_s=0.0)
     assert no_spn.line() == "estimated 30 s (targets ~0 s for 0 images at 90 products each, head ~30 s)"
     assert batch_of(32, 51) == 32 and batch_of(32, 5) == 5
+
+
+def test_the_reading_counts_each_row_once_where_the_rows_fit_in_memory(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(estimate, "read_seconds", lambda row, layout, keys, rows: rows * 0.01)
+    layout = {"features": ((10, 4), "<f4")}  # 160 bytes a row
+    assert estimate.reading_seconds({}, layout, ("features",), 8, 100, 50) == pytest.approx(50 * 0.01)
+    monkeypatch.setattr(estimate, "IN_MEMORY_BYTES", 50 * 160 - 1)
+    assert estimate.reading_seconds({}, layout, ("features",), 8, 100, 50) == pytest.approx(100 * 8 * 0.01)

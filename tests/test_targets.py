@@ -102,15 +102,18 @@ def test_truncated_and_foreign_files_fail_naming_the_file(tmp_path):
         targets.TargetFile.open(tmp_path / "missing.h5")
 
 
-def test_the_reader_streams_the_rows_of_each_step_and_only_those(tmp_path):
+@pytest.mark.parametrize("in_memory", [0, targets.IN_MEMORY_BYTES], ids=["streamed", "in memory"])
+def test_the_reader_gives_the_rows_of_each_step_and_only_those(tmp_path, in_memory):
     pm, images = tiny_probe_images()
     path = tmp_path / "test.h5"
     targets_stage.build_split(context(path), "tiny", "test", pm, images, SETTINGS, 3, False)
     t = targets.TargetFile.open(path)
     whole = t.read(("features", "block_norm"))
-    for step, batch in enumerate(targets.stream_batches(t, ("features", "block_norm"), 2, 6, seed=3, limit=4)):
+    assert targets.rows_bytes(t, ("features",), limit=4) == 4 * whole["features"][0].nbytes
+    batches = targets.stream_batches(t, ("features", "block_norm"), 2, 6, seed=3, limit=4, in_memory=in_memory)
+    for step, batch in enumerate(batches):
         idx = np.sort(np.random.default_rng([3, step]).choice(4, size=2, replace=False))
         np.testing.assert_array_equal(batch["features"], whole["features"][idx])
         np.testing.assert_array_equal(batch["block_norm"], whole["block_norm"][idx])
     with pytest.raises(KeyError):
-        next(targets.stream_batches(t, ("no-such-dataset",), 2, 3, seed=0))
+        next(targets.stream_batches(t, ("no-such-dataset",), 2, 3, seed=0, in_memory=in_memory))

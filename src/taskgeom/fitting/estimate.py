@@ -2,13 +2,14 @@
 
 The targets' time is one image's row, timed (``targets.target_row`` on the first image still to
 compute, the row kept for the build), times the images still to compute; each network's time is
-its steps times one step: an optimizer step, timed on random inputs of the training batch's shape
-after one untimed step, plus the reading of its batch, timed on one row stored as the targets file
-stores it (``data.hdf5.new_file``: a gzip-compressed, checksummed chunk per row) and read back
-once per row of the batch with no chunk cache, as a step reads rows it has not read before. The
-step and its reading are added, as on a machine whose cores the step already fills. The estimate
-leaves out the held-out evaluation, and each timing counts its first-call costs once per image or
-step.
+its steps times one step, an optimizer step timed on random inputs of the training batch's shape
+after one untimed step, plus its reading: one row stored as the targets file stores it
+(``data.hdf5.new_file``: a gzip-compressed, checksummed chunk per row) and read back with no chunk
+cache, as a run reads rows it has not read before, once per training row where the rows fit in
+memory (``metric.targets.stream_batches`` reads them once), else once per row of every step's
+batch. Steps and reading are added, as on a machine whose cores the steps already fill. The
+estimate leaves out the held-out evaluation, and each timing counts its first-call costs once per
+image or step.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from taskgeom.metric.head import head_loss
 from taskgeom.metric.head_fit import new_head
 from taskgeom.metric.spn import spn_loss
 from taskgeom.metric.spn_fit import new_spn
+from taskgeom.metric.targets import IN_MEMORY_BYTES
 from taskgeom.probes import ProbeMap
 
 
@@ -43,9 +45,11 @@ class Estimate:
         products: JVPs + VJPs per image.
         row_s: one image's row, measured (0 when no image is left to compute).
         head_steps: the head's steps.
-        head_step_s: one head step with the reading of its batch, measured.
+        head_step_s: one head step, measured.
+        head_read_s: the head's reading of its rows, measured.
         spn_steps: the SPN's steps (0 when it is not trained).
-        spn_step_s: one SPN step with the reading of its batch, measured (0 when it is not trained).
+        spn_step_s: one SPN step, measured (0 when it is not trained).
+        spn_read_s: the SPN's reading of its rows, measured (0 when it is not trained).
     """
 
     images: int
@@ -53,14 +57,16 @@ class Estimate:
     row_s: float
     head_steps: int
     head_step_s: float
+    head_read_s: float
     spn_steps: int
     spn_step_s: float
+    spn_read_s: float
 
     @property
     def phases(self) -> dict[str, float]:
         """Seconds of targets, head and SPN."""
-        return {"targets": self.images * self.row_s, "head": self.head_steps * self.head_step_s,
-                "spn": self.spn_steps * self.spn_step_s}
+        return {"targets": self.images * self.row_s, "head": self.head_steps * self.head_step_s + self.head_read_s,
+                "spn": self.spn_steps * self.spn_step_s + self.spn_read_s}
 
     def line(self) -> str:
         """"estimated T (targets ~a for K images at P products each, head ~b, SPN ~c)", each time in
@@ -137,6 +143,16 @@ def read_seconds(row: dict[str, np.ndarray], layout: dict, keys: tuple[str, ...]
             return timed(lambda: [f[k][0:1] for _ in range(rows) for k in keys])[1]
 
 
+def reading_seconds(row: dict[str, np.ndarray], layout: dict, keys: tuple[str, ...], batch: int, steps: int,
+                    train_images: int) -> float:
+    """Seconds a network's ``steps`` spend reading rows of ``keys`` (``read_seconds``): every
+    training row once where they fit in ``IN_MEMORY_BYTES``, else each step's ``batch`` rows."""
+    per_row = sum(int(np.prod(layout[k][0])) * np.dtype(layout[k][1]).itemsize for k in keys)
+    if per_row * train_images <= IN_MEMORY_BYTES:
+        return read_seconds(row, layout, keys, train_images)
+    return steps * read_seconds(row, layout, keys, batch)
+
+
 def _sample_row(builds: list[SplitBuild], first: dict[str, dict]) -> dict[str, np.ndarray]:
     """A row to time reading with: the one timed for the targets, else the finished training file's first."""
     if first:
@@ -168,12 +184,14 @@ def estimate_fit(builds: list[SplitBuild], pm: ProbeMap, images: Images, geom: G
         first[pending[0].split], row_s = timed(lambda: next_row(pending[0], pm, images, geom, settings))
     batch, spn, q = batch_of(training["batch_size"], training["train_images"]), training["spn"], settings["power_iters"]
     row, layout = _sample_row(builds, first), builds[0].layout
+    steps, spn_steps, n = training["steps"], training["spn_steps"] if spn else 0, training["train_images"]
     with torch.random.fork_rng(devices=[]):
         head_s = head_step_seconds(geom.tokens, geom.dim, HEAD, batch)
-        head_s += read_seconds(row, layout, ("features", f"q{q}/importance"), batch)
-        spn_s = 0.0
+        head_read = reading_seconds(row, layout, ("features", f"q{q}/importance"), batch, steps, n)
+        spn_s = spn_read = 0.0
         if spn:
             spn_s = spn_step_seconds(geom.tokens, geom.dim, geom.rank, SPN, batch)
-            spn_s += read_seconds(row, layout, ("features", f"q{q}/modes", f"q{q}/sigma", "frob2"), batch)
+            spn_read = reading_seconds(row, layout, ("features", f"q{q}/modes", f"q{q}/sigma", "frob2"), batch,
+                                       spn_steps, n)
     return first, Estimate(sum(b.pending for b in builds), products_per_image(geom, settings), row_s,
-                           training["steps"], head_s, training["spn_steps"] if spn else 0, spn_s)
+                           steps, head_s, head_read, spn_steps, spn_s, spn_read)

@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # the readers of a cache (head, spn) need no model code, and 
     from taskgeom.probes import Probe
 
 KIND = "targets"
+IN_MEMORY_BYTES = 1 << 30  # a training run holds its rows in memory up to this size (``stream_batches``)
 SPLITS = ("train", "val", "test")
 SPLIT_SEED_OFFSET = {"train": 0, "val": 1_000_000, "test": 2_000_000}
 
@@ -207,11 +208,21 @@ def batch_rows(target: TargetFile, batch_size: int, seed: int, step: int, limit:
     return np.sort(rng.choice(n, size=min(batch_size, n), replace=False))
 
 
+def rows_bytes(target: TargetFile, keys: tuple[str, ...], limit: int | None = None) -> int:
+    """Bytes of the first ``limit`` rows (all when None) of datasets ``keys``, uncompressed."""
+    n = min(limit or target.num_items, target.num_items)
+    with open_store(target.path, KIND) as f:
+        return n * sum(int(np.prod(f[k].shape[1:])) * f[k].dtype.itemsize for k in keys)
+
+
 def stream_batches(target: TargetFile, keys: tuple[str, ...], batch_size: int, steps: int, seed: int,
-                   limit: int | None = None, prefetch: int = 4) -> Iterator[dict[str, np.ndarray]]:
-    """``steps`` random minibatches of rows among the first ``limit``, read from disk by a
-    background thread ``prefetch`` batches ahead; only those rows are ever in memory. The batch of
-    step s depends on (seed, s) only.
+                   limit: int | None = None, prefetch: int = 4,
+                   in_memory: int = IN_MEMORY_BYTES) -> Iterator[dict[str, np.ndarray]]:
+    """``steps`` random minibatches of rows among the first ``limit``. The batch of step s depends
+    on (seed, s) only. Where those rows of ``keys`` take at most ``in_memory`` bytes (``rows_bytes``)
+    they are read once, each chunk decompressed once, and every batch is taken from memory; else
+    each batch is read from disk by a background thread ``prefetch`` batches ahead, and only those
+    rows are ever in memory. Either way a batch holds the same values.
 
     Args:
         target: the targets file.
@@ -220,11 +231,18 @@ def stream_batches(target: TargetFile, keys: tuple[str, ...], batch_size: int, s
         steps: batches.
         seed: the run's seed.
         limit: draw only from the first ``limit`` rows.
-        prefetch: batches read ahead.
+        prefetch: batches read ahead, when streamed.
+        in_memory: the most bytes read whole.
 
     Yields:
         dataset name -> (batch, ...) array; an error of the reader is raised here.
     """
+    if rows_bytes(target, keys, limit) <= in_memory:
+        whole = target.read(keys, slice(0, min(limit or target.num_items, target.num_items)))
+        for step in range(steps):
+            idx = batch_rows(target, batch_size, seed, step, limit)
+            yield {k: v[idx] for k, v in whole.items()}
+        return
     out: queue.Queue = queue.Queue(maxsize=prefetch)
     stop = threading.Event()
 
