@@ -26,9 +26,10 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def published(values: str = "{}") -> str:
     """Record out.txt as made from in.txt with ``values``, as a run would; return its making."""
-    making = made.making({"x": Path("in.txt")}, values, CODE)
+    read = made.input_sha256({"x": Path("in.txt")})
+    making = made.making(read, values, CODE)
     keep([Path("out.txt")], KEPT)
-    made.record("stage@item", making, {"out": Path("out.txt")})
+    made.record("stage@item", making, read, {"params.yaml": {"lr": 0.2}}, {"out": Path("out.txt")})
     return making
 
 
@@ -36,7 +37,8 @@ def test_the_same_making_keeps_the_outputs_and_puts_back_a_deleted_one(workspace
     making = published()
     assert made.unchanged("stage@item", making, {"out": Path("out.txt")})
     Path("out.txt").unlink()  # a front end deletes a job's outputs before it runs it
-    assert made.unchanged("stage@item", made.making({"x": Path("in.txt")}, "{}", CODE), {"out": Path("out.txt")})
+    again = made.making(made.input_sha256({"x": Path("in.txt")}), "{}", CODE)
+    assert made.unchanged("stage@item", again, {"out": Path("out.txt")})
     assert Path("out.txt").read_text() == "output"
 
 
@@ -56,7 +58,7 @@ def test_anything_else_runs_the_stage(workspace: Path, change: str, monkeypatch:
         monkeypatch.setenv(made.RERUN, "1")
     else:
         address = "stage@other"
-    now = made.making({"x": Path("in.txt")}, values, code)
+    now = made.making(made.input_sha256({"x": Path("in.txt")}), values, code)
     assert (now != making) == (change in ("input bytes", "values", "code"))
     assert not made.unchanged(address, now, {"out": Path("out.txt")})
 

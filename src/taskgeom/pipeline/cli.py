@@ -59,8 +59,9 @@ def setup_logging(log_file: str | None) -> logging.Logger:
 
 def run_stage(stage: Stage, args: argparse.Namespace) -> int:
     from taskgeom.pipeline import identity
-    from taskgeom.pipeline.dag import rule_values
-    from taskgeom.pipeline.made import RERUN, making, record, unchanged
+    from taskgeom.pipeline.dag import dvc_values, rule_values
+    from taskgeom.pipeline.from_lock import from_lock
+    from taskgeom.pipeline.made import RERUN, input_sha256, making, record, unchanged
     from taskgeom.pipeline.runtime import StageContext, resolve_device, use_threads
 
     threads = use_threads(stage.threads)  # before anything imports torch
@@ -77,8 +78,10 @@ def run_stage(stage: Stage, args: argparse.Namespace) -> int:
     address = stage.address(value)
     with stage_lock(stage.name, value):
         log = setup_logging(args.log)
-        made = making(inputs, rule_values(stage, params, value, identity.read()), stage.code)
-        if unchanged(address, made, outputs):  # pipeline/made.py
+        ident, read = identity.read(), input_sha256(inputs)
+        made = making(read, rule_values(stage, params, value, ident), stage.code)
+        values = dvc_values(stage, params, value, ident)
+        if unchanged(address, made, outputs) or from_lock(address, made, read, values, outputs):  # pipeline/made.py
             log.info("stage %s: its inputs, parameters and code are those its published outputs were made from; "
                      "kept them (%s=1 runs it anyway)", address, RERUN)
             return 0
@@ -95,7 +98,7 @@ def run_stage(stage: Stage, args: argparse.Namespace) -> int:
             except Exception as exc:
                 log_failure(log, exc)
                 raise
-        record(address, made, outputs)
+        record(address, made, read, values, outputs)
         log.info("stage %s done in %.1f s", stage.name, time.perf_counter() - start)
     return 0
 

@@ -89,6 +89,18 @@ class SnakemakeRule:
     priority: Callable[[Any], int]
 
 
+PARAMS_FILE = "params.yaml"  # where DVC reads a stage's ``params`` keys
+
+
+def dvc_values(s: Stage, params: dict, value: str | None, identity: dict) -> dict[str, dict]:
+    """A job's parameters as dvc.lock records them: params file -> {dotted key: value}, the
+    params keys it reads under ``PARAMS_FILE`` and its entries of ``identity`` under ``IDENTITY``."""
+    out = {PARAMS_FILE: {k: config.get(params, k) for k in param_keys(s, params, value)}} if s.params else {}
+    if s.identity:
+        out[IDENTITY] = {key: value_at(identity, key) for key in (fill(k, s, value, params) for k in s.identity)}
+    return out
+
+
 def rule_values(s: Stage, params: dict, value: str | None, identity: dict) -> str:
     """A job's ``values`` param: the params keys it reads, with their values, and its entries of
     ``identity`` (``pipeline/identity.py``) under ``"identity"``; Snakemake reruns the job when it changes."""
