@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from taskgeom.artifacts.atomic import leftovers
+from taskgeom.pipeline import made
 from taskgeom.pipeline.sync import commit_to_dvc
 
 DVC_YAML = """\
@@ -56,6 +57,13 @@ def dvc_repository(root: Path) -> Path:
     return root
 
 
+def job_records() -> None:
+    """What the jobs of check-params and copy record as they publish (pipeline/made.py), in the current directory."""
+    for address, inputs, outputs in (("check-params", {}, {"ok": Path("params.ok")}),
+                                     ("copy", {"ok": Path("params.ok")}, {"copy": Path("copy.txt")})):
+        made.record(address, "", made.input_sha256(inputs), {}, outputs)
+
+
 def hook(tmp_path: Path, sitecustomize: str) -> Path:
     """A directory whose ``sitecustomize.py`` (``sitecustomize``) every Python process with it on
     PYTHONPATH loads."""
@@ -67,11 +75,13 @@ def hook(tmp_path: Path, sitecustomize: str) -> Path:
 def test_a_commit_killed_while_writing_dvc_lock_leaves_the_previous_dvc_lock(tmp_path, monkeypatch):
     root = dvc_repository(tmp_path / "repository")
     monkeypatch.chdir(root)  # where the Snakefile's onsuccess runs it
+    job_records()
     assert commit_to_dvc(["cp params.ok copy.txt"], root) == ["copy"]
     before = (root / "dvc.lock").read_bytes()
     assert set(yaml.safe_load(before)["stages"]) == {"check-params", "copy"}
 
     (root / "copy.txt").write_text("changed\n")  # something new for the next commit to record
+    job_records()
     monkeypatch.setenv("PYTHONPATH", str(hook(tmp_path, KILL_WHILE_DUMPING)))
     with pytest.raises(subprocess.CalledProcessError) as killed:
         commit_to_dvc(["cp params.ok copy.txt"], root)

@@ -53,6 +53,7 @@ from taskgeom.pipeline.dvc_lock_dump import lock_text
 from taskgeom.pipeline.dvc_lock_parse import LOCK_FILE, patch_lock_parse
 from taskgeom.pipeline.dvc_yaml_parse import patch_yaml_parse
 from taskgeom.pipeline.external import loops_refusal
+from taskgeom.pipeline.job_record import patch_save
 from taskgeom.pipeline.tools import require
 
 RWLOCK = "rwlock"  # DVC's rwlock file, in its tmp directory (dvc.rwlock.RWLOCK_FILE)
@@ -137,13 +138,14 @@ def patch_dvc() -> None:
     ``_dump_data``; ``dump_yaml`` the name ``_yaml`` imported from it), its updates of dvc.lock
     parse with the safe loader, each text it parses safely parse once (``dvc_yaml_parse``),
     and its rwlock be written atomically (``rwlock`` looks ``_edit_rwlock`` up in its module at
-    each call), and its run cache pass a stage with a missing dependency (``run_cache_needs_deps``;
-    ``StageCache`` looks ``_can_hash`` up in its module). Stops unless DVC is the version these
+    each call), its run cache pass a stage with a missing dependency (``run_cache_needs_deps``;
+    ``StageCache`` looks ``_can_hash`` up in its module), and each stage it saves take the values
+    its job read (``job_record.patch_save``). Stops unless DVC is the version these
     patches were tested with (``tools.require``). A second call (``main`` run again in one
     process) changes nothing."""
     require("dvc")
     from dvc import rwlock
-    from dvc.stage import cache
+    from dvc.stage import Stage, cache
     from dvc.utils.serialize import _common, _yaml
 
     if hasattr(_common._dump_data, "__wrapped__"):
@@ -152,6 +154,7 @@ def patch_dvc() -> None:
     patch_yaml_parse()
     rwlock._edit_rwlock = atomic_rwlock(rwlock._edit_rwlock)
     cache._can_hash = run_cache_needs_deps(cache._can_hash)
+    Stage.save = patch_save(Stage.save)
 
     dump = atomic_dump(_common._dump_data)
     _common._dump_data = dump

@@ -1,5 +1,6 @@
-"""``python -m taskgeom.pipeline.dvc_commit [TARGET ...]``: ``dvc commit --force [TARGET ...]``
-with each DVC file read and written once, whatever the number of targets.
+"""``python -m taskgeom.pipeline.dvc_commit [--recorded] [TARGET ...]``: ``dvc commit --force
+[TARGET ...]`` with each DVC file read and written once, whatever the number of targets, and
+with ``--recorded`` only the stages whose job record describes their files (``job_record``).
 
 ``dvc commit`` commits its targets one at a time (``dvc.commands.commit``): each target takes the
 repository lock, collects its stages and rewrites the whole dvc.lock, which DVC parses for the
@@ -18,13 +19,18 @@ import sys
 
 from taskgeom.pipeline.dvc_atomic import patch_dvc
 
+RECORDED = "--recorded"  # commit only the stages a job record describes
 
-def commit(targets: list[str]) -> list[str]:
+
+def commit(targets: list[str], recorded: bool = False) -> list[str]:
     """Commit the stages of ``targets`` (every stage when empty; names resolved as the ``dvc``
-    command resolves them, from the current directory) as ``dvc commit --force``; return their
-    addresses in the order committed."""
+    command resolves them, from the current directory) as ``dvc commit --force``, each with the
+    values its job read (``job_record``); with ``recorded``, only the stages whose job record
+    describes their files (``job_record.record_of``). Return the addresses committed, in order."""
     patch_dvc()
     from dvc.repo import Repo, locked
+
+    from taskgeom.pipeline.job_record import record_of
 
     @locked
     def commit_all(repo: Repo) -> list[str]:
@@ -33,7 +39,8 @@ def commit(targets: list[str]) -> list[str]:
             for info in repo.stage.collect_granular(target):
                 if info.stage.addressing not in seen:
                     seen.add(info.stage.addressing)
-                    infos.append(info)
+                    if not recorded or record_of(info.stage) is not None:
+                        infos.append(info)
         by_file: dict[str, tuple[object, list]] = {}
         for info in infos:
             info.stage.save()
@@ -48,7 +55,10 @@ def commit(targets: list[str]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    commit(argv)
+    """``[--recorded] [TARGET ...]``: ``commit``, printing each address committed on a line."""
+    recorded = argv[:1] == [RECORDED]
+    for address in commit(argv[1:] if recorded else argv, recorded):
+        print(address)
     return 0
 
 

@@ -11,32 +11,33 @@ to date is written into dvc.lock.
 front ends run the same commands (``dag``), so a Snakemake job and a DVC stage are matched by
 their command. At the end of a run, successful or not, the jobs it did not need to run and those
 it finished (``up_to_date_commands``) are committed (``dvc commit -f``: dvc.lock records their
-deps, params and outputs, and the outputs enter DVC's cache), with ``check-params``, which every
-DVC stage depends on, run by its own command (its output is replaced atomically, never deleted
+deps, params and outputs, and the outputs enter DVC's cache), each only where its job's own
+record (``made``) describes its files as they are, and with the parameter values that job read
+(``job_record``), never params.yaml's as it is at the end; ``check-params``, which every DVC
+stage depends on, is run by its own command (its output is replaced atomically, never deleted
 as ``dvc repro`` would) and committed too. The commit waits until no ``dvc repro`` is inside a
 stage (``dvc_in_a_stage``). DVC's commit rewrites the files it caches, which would make every
 output look newer than Snakemake recorded, so each output's modification time is put back
 afterwards. The commit (``dvc_commit``) writes dvc.lock once for all its stages, where ``dvc
 commit`` rewrites it per target, and atomically (``dvc_atomic``), where DVC truncates it first,
-so a run killed during its hook leaves the previous dvc.lock.
+so a run killed during its hook leaves the previous dvc.lock. Snakemake's records are then
+derived from dvc.lock again (``follow_dvc``): its judgement at the start of the run, under
+whatever ``--rerun-triggers``, is not the record.
 
 **DVC to Snakemake** (``follow_dvc``, when the Snakefile is read). Whenever the workspace differs
-from the one last followed (``workspace_state``: dvc.lock, and the size and modification time of
-every file a stage reads or writes), each stage instance whose outputs exist is judged by ``dvc
-status`` alone, in the registry's order (which is topological):
+from the one last followed (``workspace_state``: dvc.lock, params.yaml, and the size and
+modification time of every file a stage reads or writes), each stage instance whose outputs
+exist is judged by ``dvc status`` alone, in the registry's order (which is topological):
 
-- its files as dvc.lock records them (up to date, or changed in its parameters only): the record
-  Snakemake would have written had it run the job with the parameters and identity dvc.lock
-  records, and outputs (and the Snakemake benchmark file, which Snakemake dates the job by too)
-  newer than its inputs. Snakemake then compares those parameters with params.yaml itself, so an
-  edit reruns the stage and an edit back to what made the outputs does not, with no second look
-  at DVC;
-- anything else (an output damaged, a file it reads changed, no entry in dvc.lock): no record,
-  and outputs dated before the newest input, so Snakemake reruns it, as DVC would.
+- up to date (its files, parameters and code as dvc.lock records them): the record Snakemake
+  would have written had it run the job, and outputs (and the Snakemake benchmark file, which
+  Snakemake dates the job by too) newer than its inputs;
+- anything else (a parameter or a file it reads changed, an output damaged, no entry in
+  dvc.lock): no record, and outputs dated before the newest input, so Snakemake reruns it, as
+  DVC would, under any ``--rerun-triggers``.
 
-params.yaml is not part of the workspace state: the records already carry what made each
-output. Only the main Snakemake process follows: a cluster job that reads the Snakefile again
-does not. A rerun whose inputs, parameters and code are unchanged keeps its outputs
+Only the main Snakemake process follows: a cluster job that reads the Snakefile again does not.
+A rerun whose inputs, parameters and code are unchanged keeps its outputs
 (``made``), so a job Snakemake reruns only because an upstream one ran costs no work. Both
 directions rest on the two tools' internals, so loading this module stops unless each is the
 version they were tested with (``tools``).
@@ -59,7 +60,8 @@ import yaml
 
 from taskgeom.artifacts.atomic import atomic_path, leftovers
 from taskgeom.pipeline import identity as content_identity
-from taskgeom.pipeline.dag import snakemake_rule
+from taskgeom.pipeline.dag import PARAMS_FILE, rule_values, snakemake_rule
+from taskgeom.pipeline.dvc_commit import RECORDED
 from taskgeom.pipeline.publish import KEPT, keep
 from taskgeom.pipeline.registry import instances
 from taskgeom.pipeline.stage import PARAMS_OK, Stage, resolve
@@ -151,9 +153,10 @@ def wait_for_dvc_stages(root: Path, poll: float = 0.5) -> None:
 
 def commit_to_dvc(commands: Iterable[str], root: Path = Path("."), params: dict | None = None) -> list[str]:
     """Record in DVC the stages whose command is among ``commands`` (the up-to-date jobs of a
-    Snakemake run) and whose outputs all exist; return their addresses. The workspace is then
-    taken as followed, as ``params`` (Snakemake's config) watches it, when the run held every
-    stage, and followed again (``follow_dvc``) when it held only some.
+    Snakemake run), whose outputs all exist and whose job record describes them, with the values
+    that job read (``job_record``); return their addresses. Snakemake's records are then derived
+    again (``follow_dvc``) under params.yaml as it is now (``params``, Snakemake's config, where
+    that is not valid).
 
     Raises:
         subprocess.CalledProcessError: when ``dvc`` fails; nothing is committed then.
@@ -180,7 +183,8 @@ def commit_to_dvc(commands: Iterable[str], root: Path = Path("."), params: dict 
     if targets:  # none commits every stage, check-params included
         targets = [CHECK_PARAMS, *targets]
     try:
-        subprocess.run([sys.executable, "-m", "taskgeom.pipeline.dvc_commit", *targets], **quiet)
+        committed = subprocess.run([sys.executable, "-m", "taskgeom.pipeline.dvc_commit", RECORDED, *targets],
+                                   cwd=root, check=True, stdout=subprocess.PIPE, text=True).stdout.split()
     finally:
         for f, st in stamps.items():
             if f.exists():
@@ -188,14 +192,21 @@ def commit_to_dvc(commands: Iterable[str], root: Path = Path("."), params: dict 
     # DVC's commit rewrote them: the stage command's links to them (publish.KEPT) follow, rather
     # than hold a second copy of each
     keep([f.relative_to(root) for f in outputs], root / KEPT, root)
-    if params is not None and len(stages) < len(everything):
-        # a run of part of the DAG gave outputs that stages outside it read new dates: derive
-        # their records and dates again (follow_dvc), rather than take the run's as the whole
-        follow_dvc(params, root)
-    else:
-        mark_followed(root, watched_files(params) if params is not None else
-                      [o.relative_to(root) for _, _, outs in known for o in outs])
-    return [a for a, _ in stages]
+    # Snakemake's records of the run are its own judgement, made with params.yaml as the run
+    # began: derive them again from what dvc.lock now says (follow_dvc)
+    if (now := current_params(root) or params) is not None:
+        follow_dvc(now, root)
+    return [a for a, _ in stages if a in committed]
+
+
+def current_params(root: Path) -> dict | None:
+    """params.yaml as it is now, validated; None when it is not valid."""
+    from taskgeom.pipeline import config
+
+    try:
+        return config.validate(config.read(root / PARAMS_FILE), PARAMS_FILE)
+    except config.ParamsError:
+        return None
 
 
 def up_to_date_commands(dag: Any) -> list[str]:
@@ -231,10 +242,10 @@ def stop_at_loop(root: Path, rel: str) -> None:
 
 
 def watched_files(params: dict) -> list[str]:
-    """Every file of both DAGs under ``params`` but params.yaml: DVC's ``check-params`` guard,
-    and every Snakemake stage's outputs, inputs and code record (DVC's stages' outputs and file
+    """Every file of both DAGs under ``params``: params.yaml, DVC's ``check-params`` guard, and
+    every Snakemake stage's outputs, inputs and code record (DVC's stages' outputs and file
     dependencies are the same files: tests/test_front_ends.py)."""
-    files = {PARAMS_OK}
+    files = {PARAMS_FILE, PARAMS_OK}
     for stage, value in instances(params):
         inputs, outs = resolve(stage, params, value)
         files.update(str(p) for v in [*inputs.values(), *outs.values()] for p in (v if isinstance(v, list) else [v]))
@@ -267,8 +278,8 @@ def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
     if status.returncode != 0:  # the launcher's one-line refusal, or DVC's own error
         said = [line for line in status.stderr.splitlines() if line.strip()] or ["no output"]
         raise SystemExit(f"taskgeom: error: `dvc status` failed (exit status {status.returncode}): {said[-1]}")
-    stale = {name.split(":")[-1]: why for name, why in json.loads(status.stdout or "{}").items()}
-    locked, followed = dvc_lock_params(root), []
+    stale = {name.split(":")[-1] for name in json.loads(status.stdout or "{}")}
+    locked, ident, followed = dvc_lock_stages(root), content_identity.read(root), []
     for stage, value in instances(params):
         inputs, outs = resolve(stage, params, value)
         if not all((root / o).exists() for o in outs.values()):
@@ -277,13 +288,14 @@ def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
         input_files = sorted([*input_files, stage.code_record])
         newest = max((root / f).stat().st_mtime_ns for f in input_files if (root / f).exists())
         address = stage.address(value)
-        if address not in locked or not params_alone(stale.get(address, [])):
+        if address not in locked or address in stale:
             for output in outs.values():
                 forget(root, output, newest)
             continue
+        values = rule_values(stage, params, value, ident)
         for output in outs.values():
             after(root / output, newest)
-            write_record(root, output, stage, value, params, locked[address], input_files)
+            write_record(root, output, stage, value, params, values, input_files)
         keep(outs.values(), root / KEPT, root)  # what a rerun that fails leaves (pipeline/publish.py)
         benchmark = root / stage.benchmark.replace(f"{{{stage.wildcard}}}", value or "")
         if benchmark.is_file():  # Snakemake counts a job's benchmark among its outputs' times
@@ -293,41 +305,10 @@ def follow_dvc(params: dict, root: Path = Path(".")) -> list[str]:
     return followed
 
 
-def params_alone(why: list) -> bool:
-    """Whether ``dvc status``'s entry for a stage names changed parameters at most: every
-    changed dependency is a parameters file (a mapping of keys), no output and no file changed."""
-    for entry in why:
-        if not isinstance(entry, dict) or set(entry) != {"changed deps"}:
-            return False
-        if not all(isinstance(change, dict) for change in entry["changed deps"].values()):
-            return False
-    return True
-
-
-def dvc_lock_params(root: Path) -> dict[str, str]:
-    """Stage name -> the ``values`` param Snakemake records for its job (``dag.rule_values``), from
-    the parameters and identity entries dvc.lock records for it: what made its outputs."""
+def dvc_lock_stages(root: Path) -> set[str]:
+    """The stage instances dvc.lock records."""
     lock = yaml.load((root / "dvc.lock").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    out = {}
-    for name, entry in ((lock or {}).get("stages") or {}).items():
-        recorded = entry.get("params") or {}
-        values = nested(recorded.get("params.yaml") or {})
-        if content_identity.IDENTITY in recorded:
-            values["identity"] = dict(recorded[content_identity.IDENTITY] or {})
-        out[name] = json.dumps(values, sort_keys=True)
-    return out
-
-
-def nested(flat: dict) -> dict:
-    """{"a.b": 1, "a.c": 2} -> {"a": {"b": 1, "c": 2}}, as ``config.select`` nests what a stage reads."""
-    out: dict = {}
-    for key, value in flat.items():
-        *parents, last = key.split(".")
-        node = out
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return out
+    return set((lock or {}).get("stages") or {})
 
 
 def forget(root: Path, output: Path, newest: int) -> None:
