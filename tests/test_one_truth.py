@@ -5,9 +5,12 @@ and nothing downstream does any work; the recovery command an error prints resto
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -119,3 +122,122 @@ def test_a_forced_rerun_with_rerun_set_does_the_work(repo: Path):
     assert os.environ.get(RERUN) == "1"
     run(["taskgeom", "zoo-table", "--log", "logs/zoo-table.log"], repo)  # as both front ends run it
     assert " done in " in (repo / "logs/zoo-table.log").read_text()
+
+
+SPEED_CSV = "results/prune/speed/tiny-dpt.csv"
+GATE_SHIM = """#!/bin/sh
+# the real command, then wait for the test's gate before exiting: a job that has read its parameters
+"{real}" "$@"
+rc=$?
+case "$*" in *prune-speed*) : > "{ran}"; while [ ! -e "{gate}" ]; do sleep 0.1; done;; esac
+exit $rc
+"""
+
+
+def provenance_repeats(repo: Path) -> int:
+    """The repeats the speed table's own provenance says made it."""
+    line = (repo / SPEED_CSV).read_text().splitlines()[0].removeprefix("# provenance: ")
+    return json.loads(line)["params"]["prune"]["speed"]["repeats"]
+
+
+def run_cache_pairs(repo: Path) -> list[tuple[int, str]]:
+    """(repeats, speed table md5) of each run-cache entry of prune-speed@tiny-dpt."""
+    pairs = []
+    for entry in (repo / ".dvc/cache/runs").glob("*/*/*"):
+        data = yaml.safe_load(entry.read_text()) or {}
+        outs = {o["path"]: o.get("md5") for o in data.get("outs", [])}
+        params = (data.get("params") or {}).get("params.yaml") or {}
+        if SPEED_CSV in outs and "prune.speed" in params:
+            pairs.append((params["prune.speed"]["repeats"], outs[SPEED_CSV]))
+    return pairs
+
+
+def md5_of(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def edited_during_job(repo: Path, shim: Path, value: int, back: int, *flags: str) -> subprocess.CompletedProcess:
+    """repeats ``value`` in params.yaml, `snakemake` for the speed table, then ``back`` while its
+    job, having read ``value``, is still running (``shim``: a folder for the gated command)."""
+    shim.mkdir(exist_ok=True)
+    ran, gate = shim / "ran", shim / "gate"
+    ran.unlink(missing_ok=True)
+    gate.unlink(missing_ok=True)
+    (shim / "taskgeom").write_text(GATE_SHIM.format(real=shutil.which("taskgeom", path=tool_env()["PATH"]),
+                                                     ran=ran, gate=gate))
+    (shim / "taskgeom").chmod(0o755)
+    env = {**tool_env(), "PATH": f"{shim}{os.pathsep}{tool_env()['PATH']}"}
+    set_repeats(repo, value)
+    proc = subprocess.Popen(["snakemake", "-c2", SPEED_CSV, *flags], cwd=repo, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not ran.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        set_repeats(repo, back)
+        gate.touch()
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        gate.touch()
+        proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+
+
+def test_a_parameter_edited_back_while_its_job_runs_is_recorded_as_the_job_read_it(repo: Path, tmp_path: Path):
+    """Case 1: repeats raised, `snakemake` runs prune-speed, repeats put back while the job runs:
+    dvc.lock records the value the job read, and both front ends plan the stage."""
+    before = locked_repeats(repo)
+    proc = edited_during_job(repo, tmp_path / "shim", before + 2, before)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert provenance_repeats(repo) == before + 2
+    assert locked_repeats(repo) == before + 2   # what the job read, not params.yaml at the end
+    snakemake, dvc = planned(repo)
+    assert SPEED in snakemake and SPEED in dvc, (snakemake, dvc)
+
+
+def test_the_run_cache_never_pairs_a_table_with_a_value_edited_during_its_job(repo: Path, tmp_path: Path):
+    """Case 2: the same edit during the job, then `dvc repro` of the stage: no run-cache entry pairs
+    the table with the value put back, and the table DVC leaves was made with params.yaml's value."""
+    before = locked_repeats(repo)
+    edited_during_job(repo, tmp_path / "shim", before + 2, before)
+    assert (before, md5_of(repo / SPEED_CSV)) not in run_cache_pairs(repo)
+    run(["dvc", "repro", SPEED], repo)
+    assert provenance_repeats(repo) == before == locked_repeats(repo)
+    assert all(r == before for r, md5 in run_cache_pairs(repo) if md5 == md5_of(repo / SPEED_CSV))
+
+
+def test_snakemake_judging_by_modification_time_never_records_a_table_with_new_parameters(repo: Path):
+    """Case 3: repeats changed, `snakemake --rerun-triggers mtime --forcerun prune-tables`: the
+    speed table's dvc.lock entry holds the value its own provenance names (Snakemake, told to
+    ignore parameters, still reruns prune-speed: it is dated as out of date), and neither front
+    end, Snakemake under the same triggers, has anything left to do for it."""
+    set_repeats(repo, locked_repeats(repo) + 1)
+    run(["snakemake", "-c2", "--rerun-triggers", "mtime", "--forcerun", "prune-tables"], repo)
+    assert provenance_repeats(repo) == locked_repeats(repo)
+    proc = run(["snakemake", "-n", SPEED_CSV, "--rerun-triggers", "mtime"], repo)
+    dry = proc.stdout + proc.stderr
+    assert "prune-speed" not in dry and SPEED not in planned(repo)[1], dry[-2000:]
+
+
+def test_a_clone_that_only_pulled_reruns_only_the_maker_of_a_damaged_file(repo: Path, tmp_path: Path):
+    """Case 4: the run pushed to a DVC remote and pulled into a clone; a world file emptied there,
+    then `snakemake` for a zoo model: nothing but `fetch` does any work (DVC's cache holds what
+    every job would write), as in the clone that made it."""
+    git = ["git", "-c", "user.email=ci@taskgeom", "-c", "user.name=taskgeom"]
+    run(["dvc", "remote", "add", "-d", "team", str(tmp_path / "remote")], repo)
+    run(["dvc", "push"], repo)
+    run(["git", "add", "-A"], repo)
+    run([*git, "commit", "-qm", "results", "--allow-empty"], repo)
+    clone = tmp_path / "clone"
+    run(["git", "clone", "-q", str(repo), str(clone)], tmp_path)
+    run(["dvc", "pull"], clone)
+    (clone / "data/world/val.h5").write_bytes(b"")
+    env = {k: v for k, v in tool_env().items() if k != RERUN}
+    start = time.time()
+    proc = run(["snakemake", "-c2", "data/zoo/tiny-cls/model.safetensors"], clone, env=env)
+    logs = {log.relative_to(clone / "logs").with_suffix("").as_posix(): log.read_text()
+            for log in (clone / "logs").rglob("*.log") if log.stat().st_mtime >= start}
+    worked = {name for name, text in logs.items() if " done in " in text}
+    assert worked <= {"fetch"}, (worked, proc.stderr[-3000:])
+    assert "zoo/tiny-cls" in {name for name, text in logs.items() if "kept them" in text}
+    assert (clone / "data/world/val.h5").read_bytes() == (repo / "data/world/val.h5").read_bytes()
