@@ -51,8 +51,9 @@ Each fault: what is injected -> the outcome expected.
 - empty-link: `taskgeom data link NAME` with an empty PATH, `.` or `/` -> refused in one line; no link.
 - recovery-command: half of the test split as a new file -> `taskgeom sources` refuses it in one line
   naming the file; the `dvc checkout --force` it prints restores it, with nothing to rerun.
-- stale-params, damaged-world-rerun, damaged-intermediate: the faults between the two front ends,
-  in front_end_faults.py.
+- stale-params, damaged-world-rerun, damaged-intermediate, params-edited-mid-run,
+  run-cache-mid-run, rerun-triggers-mtime, pulled-clone-damage: the faults between the two front
+  ends, in front_end_faults.py.
 
 Every fault ends by comparing every file under data/ and results/ with its digest before.
 
@@ -330,6 +331,10 @@ FAULTS: dict[str, Check] = {
     "stale-params": front_end_faults.stale_params,
     "damaged-world-rerun": front_end_faults.damaged_world,
     "damaged-intermediate": front_end_faults.damaged_intermediate,
+    "params-edited-mid-run": front_end_faults.params_edited_mid_run,
+    "run-cache-mid-run": lambda repo, params: front_end_faults.params_edited_mid_run(repo, params, then_repro=True),
+    "rerun-triggers-mtime": front_end_faults.rerun_triggers_mtime,
+    "pulled-clone-damage": front_end_faults.pulled_clone_damage,
     **HOSTILE_INPUT,   # alias-bomb ... recovery-command (input_faults.py)
 }
 
