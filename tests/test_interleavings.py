@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.pipeline, pytest.mark.long]
 
 TABLES = "results/prune/table2.csv"
 TRIGGERS = (None, "mtime", "params", "input", "code")
-STEPS, SEQUENCES = 7, 2
+STEPS, SEQUENCES = 10, 2
 
 
 def lock_pairs(repo: Path) -> tuple[int, str]:
