@@ -42,8 +42,9 @@ def _connect() -> sqlite3.Connection | None:
         return None
 
 
-def _hash(path: Path) -> str:
-    h = hashlib.sha256()
+def hash_file(path: Path, algorithm: str = "sha256") -> str:
+    """The hex digest of a file's bytes by ``algorithm`` (a ``hashlib`` name), read in chunks."""
+    h = hashlib.new(algorithm)
     with open(path, "rb") as f:
         while block := f.read(CHUNK):
             h.update(block)
@@ -83,7 +84,7 @@ class Digests:
                     return row[4]
             except sqlite3.Error:
                 self.db = None
-        digest = _hash(Path(real))
+        digest = hash_file(Path(real))
         if self.db is not None:
             try:  # committed at once: a long hash must not hold the cache's write lock from other processes
                 self.db.execute("INSERT OR REPLACE INTO digests VALUES (?, ?, ?, ?, ?, ?)", (real, *key, digest))

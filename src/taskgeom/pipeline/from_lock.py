@@ -17,7 +17,6 @@ output neither in place nor in the cache included, runs the job.
 from __future__ import annotations
 
 import configparser
-import hashlib
 import json
 import os
 import shutil
@@ -27,19 +26,14 @@ from pathlib import Path
 import yaml
 
 from taskgeom.artifacts.atomic import atomic_path
+from taskgeom.data.digests import hash_file
 from taskgeom.pipeline.made import RERUN, record
 from taskgeom.pipeline.publish import KEPT, keep
-
-CHUNK = 1 << 20
 
 
 def md5(path: Path) -> str:
     """The md5 of a file's bytes, as DVC 3 records a file (``hash: md5``)."""
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            h.update(block)
-    return h.hexdigest()
+    return hash_file(path, "md5")
 
 
 def cache_dir(root: Path) -> Path:
