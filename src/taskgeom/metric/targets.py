@@ -215,6 +215,15 @@ def rows_bytes(target: TargetFile, keys: tuple[str, ...], limit: int | None = No
         return n * sum(int(np.prod(f[k].shape[1:])) * f[k].dtype.itemsize for k in keys)
 
 
+def memory_batches(target: TargetFile, keys: tuple[str, ...], batch_size: int, steps: int, seed: int,
+                   limit: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """``stream_batches``' batches from the first ``limit`` rows of ``keys``, read whole once."""
+    whole = target.read(keys, slice(0, min(limit or target.num_items, target.num_items)))
+    for step in range(steps):
+        idx = batch_rows(target, batch_size, seed, step, limit)
+        yield {k: v[idx] for k, v in whole.items()}
+
+
 def stream_batches(target: TargetFile, keys: tuple[str, ...], batch_size: int, steps: int, seed: int,
                    limit: int | None = None, prefetch: int = 4,
                    in_memory: int = IN_MEMORY_BYTES) -> Iterator[dict[str, np.ndarray]]:
@@ -238,10 +247,7 @@ def stream_batches(target: TargetFile, keys: tuple[str, ...], batch_size: int, s
         dataset name -> (batch, ...) array; an error of the reader is raised here.
     """
     if rows_bytes(target, keys, limit) <= in_memory:
-        whole = target.read(keys, slice(0, min(limit or target.num_items, target.num_items)))
-        for step in range(steps):
-            idx = batch_rows(target, batch_size, seed, step, limit)
-            yield {k: v[idx] for k, v in whole.items()}
+        yield from memory_batches(target, keys, batch_size, steps, seed, limit)
         return
     out: queue.Queue = queue.Queue(maxsize=prefetch)
     stop = threading.Event()
