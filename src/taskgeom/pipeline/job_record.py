@@ -34,6 +34,8 @@ def describes(record: dict, root: Path) -> bool:
     bytes it published and each input the bytes it read."""
     outputs = {p: root / p for p in record["outputs"]}
     inputs = {p: root / p for p in record.get("inputs") or {}}
+    if not all(p.exists() for p in inputs.values()):
+        return False
     return (list(output_sha256(outputs).values()) == list(record["outputs"].values())
             and list(input_sha256(inputs).values()) == list((record.get("inputs") or {}).values()))
 
