@@ -1,11 +1,12 @@
 """One truth across both front ends: dvc.lock. ``dvc status`` and ``snakemake -n`` agree after
 a run of either, after ``dvc checkout`` or ``dvc pull``, and after any parameter edit.
 
-dvc.lock records, per stage instance, the content of what it read (files, parameters, the
-identity of data outside the pipeline) and of what it wrote. Snakemake keeps records of its own
-(``.snakemake/metadata``) and judges by modification times; those are never a second truth here,
-but derived from dvc.lock whenever the workspace changes, and every Snakemake job that ends up
-to date is written into dvc.lock.
+dvc.lock records, per stage instance, the content of what its job read (files, parameters, the
+identity of data outside the pipeline) and of what it wrote, from the job's own record
+(``made``, ``job_record``). Snakemake keeps records of its own (``.snakemake/metadata``) and
+judges by modification times; those are never a second truth here, but derived from dvc.lock
+whenever the workspace changes, and every Snakemake job that ends up to date is written into
+dvc.lock.
 
 **Snakemake to DVC** (``commit_to_dvc``, the Snakefile's ``onsuccess`` and ``onerror``). Both
 front ends run the same commands (``dag``), so a Snakemake job and a DVC stage are matched by
