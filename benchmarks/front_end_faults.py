@@ -228,10 +228,10 @@ def rerun_triggers_mtime(repo: Path, params: dict) -> tuple[bool, str]:
 def pulled_clone_damage(repo: Path, params: dict) -> tuple[bool, str]:
     in_step(repo)
     model = first(params, "zoo")
-    skip = {"data", "results", "logs", ".snakemake", ".taskgeom", "cache", "tmp"}
+    skip = {repo / name for name in ("data", "results", "logs", ".snakemake", ".taskgeom", ".dvc/cache", ".dvc/tmp")}
     with tempfile.TemporaryDirectory() as tmp:
-        clone = Path(tmp) / "clone"
-        shutil.copytree(repo, clone, symlinks=True, ignore=lambda d, names: [n for n in names if n in skip])
+        clone = Path(tmp) / "clone"   # what a clone that only pulled holds: no output, no record of a run
+        shutil.copytree(repo, clone, symlinks=True, ignore=lambda d, names: [n for n in names if Path(d, n) in skip])
         sh(["dvc", "remote", "add", "-f", "-d", "--local", "origin", str(repo / ".dvc/cache")], clone)
         pulled = sh(["dvc", "pull"], clone)
         (clone / "data/world/val.h5").write_bytes(b"")
