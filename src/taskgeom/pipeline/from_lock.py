@@ -60,8 +60,8 @@ def holds(entry: dict, path: Path, cache: Path) -> bool:
     digest = entry.get("md5")
     if entry.get("hash") != "md5" or not isinstance(digest, str):
         return False
-    if not digest.endswith(".dir"):
-        return path.is_file() and md5(path) == digest
+    if not digest.endswith(".dir"):  # the size first: a file of another size is not read
+        return path.is_file() and path.stat().st_size == entry.get("size", -1) and md5(path) == digest
     try:
         listing = {f["relpath"]: f["md5"] for f in json.loads(cached(cache, digest).read_text())}
     except (OSError, ValueError, KeyError, TypeError):
