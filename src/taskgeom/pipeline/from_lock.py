@@ -93,14 +93,15 @@ def from_lock(address: str, made: str, read: Mapping[str, str], values: Mapping[
         return False
     outs = {o.get("path"): o for o in entry.get("outs") or [] if isinstance(o, dict)}
     wanted = [(root / p, outs.get(str(p))) for p in outputs.values()]
-    if any(o is None or not (holds(o, path, cache) or cached(cache, str(o.get("md5"))).is_file())
-           for path, o in wanted):
+    if any(o is None for _, o in wanted):
         return False
-    for path, out in wanted:
-        if not holds(out, path, cache):
-            with atomic_path(path) as tmp:
-                shutil.copyfile(cached(cache, out["md5"]), tmp)
-                os.chmod(tmp, 0o644)
+    missing = [(path, o) for path, o in wanted if not holds(o, path, cache)]
+    if not all(cached(cache, str(o.get("md5"))).is_file() for _, o in missing):
+        return False
+    for path, out in missing:
+        with atomic_path(path) as tmp:
+            shutil.copyfile(cached(cache, out["md5"]), tmp)
+            os.chmod(tmp, 0o644)
         if not holds(out, path, cache):
             return False
     keep(outputs.values(), root / KEPT, root)
